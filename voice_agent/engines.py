@@ -1,0 +1,69 @@
+"""The models a process loads once and every session shares."""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+
+from .config import Settings
+from .llm.base import LLMBackend
+from .stt import WhisperSTT
+from .tts import PiperTTS
+from .vad import SileroVAD
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Engines:
+    vad: SileroVAD
+    stt: WhisperSTT
+    llm: LLMBackend
+    tts: PiperTTS
+
+    async def warm_up(self) -> None:
+        started = time.perf_counter()
+        await self.stt.warm_up()
+        await self.llm.warm_up()
+        await self.tts.warm_up()
+        log.info("warm-up done in %.1f s", time.perf_counter() - started)
+
+    async def close(self) -> None:
+        for engine in (self.stt, self.llm, self.tts):
+            await engine.close()
+
+
+def create_llm(settings: Settings) -> LLMBackend:
+    if settings.llm == "llamacpp":
+        from .llm.llamacpp import LlamaCppBackend
+
+        return LlamaCppBackend(
+            settings.llm_model,
+            instances=settings.llm_instances,
+            threads=settings.llm_threads,
+            context=settings.llm_context,
+            max_tokens=settings.llm_max_tokens,
+            temperature=settings.llm_temperature,
+        )
+    raise ValueError(f"unknown LLM backend {settings.llm!r}")
+
+
+def load_engines(settings: Settings) -> Engines:
+    """Load every model. Blocking: call it from a worker thread in a server."""
+    started = time.perf_counter()
+    log.info("loading VAD")
+    vad = SileroVAD()
+    stt = WhisperSTT(
+        settings.stt_model,
+        device=settings.stt_device,
+        compute_type=settings.stt_compute_type,
+        threads=settings.stt_threads,
+        workers=settings.stt_workers,
+        beam_size=settings.stt_beam_size,
+        language=settings.stt_language,
+    )
+    llm = create_llm(settings)
+    tts = PiperTTS(settings.tts_voice, threads=settings.tts_threads)
+    log.info("models loaded in %.1f s", time.perf_counter() - started)
+    return Engines(vad=vad, stt=stt, llm=llm, tts=tts)

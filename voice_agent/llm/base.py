@@ -1,0 +1,26 @@
+"""The LLM backend interface.
+
+A backend streams the answer to a chat as text deltas. Aborting is closing
+the stream (``aclose()``, or cancelling the task that iterates it): every
+backend must then stop generating, so a barge-in frees the engine at once.
+"""
+
+from __future__ import annotations
+
+from typing import AsyncIterator, Protocol
+
+Message = dict[str, str]  # {"role": "system" | "user" | "assistant", "content": ...}
+
+
+class LLMBackend(Protocol):
+    name: str
+
+    def stream_chat(self, messages: list[Message]) -> AsyncIterator[str]:
+        """Stream the assistant's reply to ``messages`` as text deltas."""
+        ...
+
+    async def warm_up(self) -> None:
+        """Pay one-time costs (first evaluation, caches) before the first user."""
+        ...
+
+    async def close(self) -> None: ...

@@ -1,0 +1,200 @@
+"""One spoken answer: LLM deltas → chunker → TTS → paced audio frames.
+
+Three tasks run at once so that each stage starts on the previous stage's
+first output: the LLM keeps generating while the first chunk is synthesized,
+and later chunks are synthesized while earlier ones play. Cancelling
+:meth:`Reply.run` stops all three: the LLM stream and TTS worker are closed,
+and no frame is emitted after the cancellation.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from .audio import StreamResampler
+from .chunker import SentenceChunker
+from .llm.base import LLMBackend, Message
+from .pacing import PlaybackClock
+from .protocols.events import AgentAudio, Mark, OutputEvent, Transcript
+from .tts import PiperTTS
+
+FRAME_MS = 20
+
+
+@dataclass
+class SpokenChunk:
+    text: str
+    start_s: float  # offset in the reply's audio
+    end_s: float | None = None  # set once all its audio is sent
+    mark: str = ""
+
+
+@dataclass
+class ReplyTimings:
+    request_at: float = 0.0
+    llm_ttft_ms: float | None = None
+    first_chunk_ms: float | None = None
+    tts_ttfa_ms: float | None = None
+    first_audio_at: float | None = None
+
+
+class _ChunkDone:
+    def __init__(self, index: int):
+        self.index = index
+
+
+class Reply:
+    def __init__(
+        self,
+        *,
+        llm: LLMBackend,
+        tts: PiperTTS,
+        messages: list[Message],
+        output_rate: int,
+        lead_s: float,
+        emit: Callable[[OutputEvent], None],
+        turn: int,
+        user_text: str,
+        first_chunk_min_words: int = 3,
+        on_first_audio: Callable[["Reply"], None] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ):
+        self._llm = llm
+        self._tts = tts
+        self._messages = messages
+        self._rate = output_rate
+        self._frame = output_rate * FRAME_MS // 1000
+        self._emit = emit
+        self._on_first_audio = on_first_audio
+        self._clock = clock
+        self._chunker = SentenceChunker(first_chunk_min_words)
+        self.turn = turn
+        self.user_text = user_text
+        self.playback = PlaybackClock(lead_s, clock)
+        self.timings = ReplyTimings()
+        self.chunks: list[SpokenChunk] = []
+        self._sent_s = 0.0
+        self._marked: tuple[float, float] | None = None  # (audio offset, when the client confirmed it)
+
+    @property
+    def started_audio(self) -> bool:
+        return self.timings.first_audio_at is not None
+
+    @property
+    def text(self) -> str:
+        return " ".join(chunk.text for chunk in self.chunks)
+
+    async def run(self) -> None:
+        chunk_queue: asyncio.Queue[str | None] = asyncio.Queue()
+        audio_queue: asyncio.Queue = asyncio.Queue()
+        async with asyncio.TaskGroup() as tasks:
+            tasks.create_task(self._generate(chunk_queue))
+            tasks.create_task(self._synthesize(chunk_queue, audio_queue))
+            tasks.create_task(self._play(audio_queue))
+
+    async def _generate(self, chunks: asyncio.Queue) -> None:
+        self.timings.request_at = self._clock()
+        async for delta in self._llm.stream_chat(self._messages):
+            if self.timings.llm_ttft_ms is None:
+                self.timings.llm_ttft_ms = self._ms_since(self.timings.request_at)
+            for chunk in self._chunker.push(delta):
+                self._put_chunk(chunks, chunk)
+        for chunk in self._chunker.flush():
+            self._put_chunk(chunks, chunk)
+        chunks.put_nowait(None)
+
+    def _put_chunk(self, chunks: asyncio.Queue, text: str) -> None:
+        if self.timings.first_chunk_ms is None:
+            self.timings.first_chunk_ms = self._ms_since(self.timings.request_at)
+        chunks.put_nowait(text)
+
+    async def _synthesize(self, chunks: asyncio.Queue, audio: asyncio.Queue) -> None:
+        index = 0
+        while (text := await chunks.get()) is not None:
+            handed_at = self._clock()
+            resampler = StreamResampler(self._tts.sample_rate, self._rate)
+            pending = np.zeros(0, dtype=np.float32)
+            first = True
+            async for piece in self._tts.synthesize(text):
+                if first and index == 0:
+                    self.timings.tts_ttfa_ms = self._ms_since(handed_at)
+                if first:
+                    audio.put_nowait(text)  # a chunk starts
+                    first = False
+                pending = np.concatenate([pending, resampler.process(piece)])
+                whole = len(pending) - len(pending) % self._frame
+                for start in range(0, whole, self._frame):
+                    audio.put_nowait(pending[start : start + self._frame])
+                pending = pending[whole:]
+            if first:
+                continue  # nothing speakable in this chunk
+            pending = np.concatenate([pending, resampler.process(np.zeros(0, np.float32), last=True)])
+            if len(pending):
+                # Pad the tail to a whole frame: telephony wants fixed 20 ms frames.
+                audio.put_nowait(np.pad(pending, (0, self._frame - len(pending) % self._frame or 0)))
+            audio.put_nowait(_ChunkDone(index))
+            index += 1
+        audio.put_nowait(None)
+
+    async def _play(self, audio: asyncio.Queue) -> None:
+        while (item := await audio.get()) is not None:
+            if isinstance(item, str):
+                self.chunks.append(SpokenChunk(item, self._sent_s))
+                self._emit(Transcript("agent", self.text, final=False))
+                continue
+            if isinstance(item, _ChunkDone):
+                chunk = self.chunks[-1]
+                chunk.end_s = self._sent_s
+                chunk.mark = f"{self.turn}.{item.index}"
+                self._emit(Mark(chunk.mark))
+                continue
+            if (delay := self.playback.delay()) > 0:
+                await asyncio.sleep(delay)
+            self._emit(AgentAudio(item))
+            duration = len(item) / self._rate
+            self.playback.sent(duration)
+            self._sent_s += duration
+            if self.timings.first_audio_at is None:
+                self.timings.first_audio_at = self._clock()
+                if self._on_first_audio is not None:
+                    self._on_first_audio(self)
+        # Let the client finish playing before the reply counts as done.
+        if (remaining := self.playback.buffered_s()) > 0:
+            await asyncio.sleep(remaining)
+
+    def mark_played(self, name: str) -> None:
+        for chunk in self.chunks:
+            if chunk.mark == name and chunk.end_s is not None:
+                self._marked = (chunk.end_s, self._clock())
+
+    def heard_s(self) -> float:
+        """How much of the answer the user has heard, from client marks or the playback model."""
+        estimate = self.playback.played_s()
+        if self._marked is not None:
+            offset, confirmed_at = self._marked
+            estimate = max(offset, min(estimate, offset + self._clock() - confirmed_at))
+        return min(estimate, self._sent_s)
+
+    def heard_text(self) -> str:
+        heard = self.heard_s()
+        words: list[str] = []
+        for chunk in self.chunks:
+            if heard <= chunk.start_s:
+                break
+            chunk_words = chunk.text.split()
+            end = chunk.end_s if chunk.end_s is not None else self._sent_s
+            if heard >= end:
+                words += chunk_words
+            else:
+                fraction = (heard - chunk.start_s) / max(end - chunk.start_s, 1e-6)
+                words += chunk_words[: int(len(chunk_words) * fraction)]
+                break
+        return " ".join(words)
+
+    def _ms_since(self, start: float) -> float:
+        return (self._clock() - start) * 1000.0

@@ -1,0 +1,393 @@
+"""One conversation: listening, turn taking, replies, barge-in and history.
+
+The session is fed input events by a protocol codec and emits output events
+through ``emit``. It never touches a socket. Audio is analysed as it arrives:
+the VAD runs inline (a window costs about 0.2 ms), while Whisper, the LLM and
+Piper run in worker threads.
+
+Timeline: every 16 kHz sample that reaches the VAD has an index; the arrival
+time of each frame is remembered, so the VAD's end-of-speech position maps
+back to the wall-clock instant that audio arrived (``speech_end``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+from .audio import PIPELINE_RATE, StreamResampler
+from .config import Settings
+from .engines import Engines
+from .protocols.events import (
+    AudioReceived,
+    Clear,
+    Error,
+    InputEvent,
+    MarkPlayed,
+    Metrics,
+    OutputEvent,
+    ProtocolError,
+    SessionStarted,
+    StreamStopped,
+    TextReceived,
+    Transcript,
+)
+from .reply import Reply
+from .turn import TurnDetector
+from .vad import WINDOW, WINDOW_MS
+
+log = logging.getLogger(__name__)
+
+PREROLL_SAMPLES = PIPELINE_RATE * 3 // 10  # keep 300 ms before detected speech: Silero fires late
+SPEECH_TAIL_SAMPLES = PIPELINE_RATE // 10  # Whisper gets 100 ms past the last speech window
+VAD_HYSTERESIS = 0.15
+
+
+@dataclass
+class UserTurn:
+    id: int
+    start: int  # sample index where the turn's audio starts
+    last_speech: int  # sample index just past the last speech window
+    speech_ms: float = 0.0
+    partial_text: str = ""
+    partial_upto: int = 0
+    speculative_upto: int = -1  # last_speech that the speculative final was started for
+    speculative: asyncio.Task | None = None
+
+
+@dataclass
+class TurnMetrics:
+    turn: int
+    speech_end: float = 0.0  # monotonic arrival time of the last speech sample
+    endpoint_ms: float = 0.0
+    stt_final_ms: float = 0.0
+    stt_speculative: bool = False
+    extra: dict = field(default_factory=dict)
+
+
+class Session:
+    def __init__(
+        self,
+        engines: Engines,
+        settings: Settings,
+        emit: Callable[[OutputEvent], None],
+        session_id: str = "",
+        clock: Callable[[], float] = time.monotonic,
+    ):
+        self.engines = engines
+        self.settings = settings
+        self.id = session_id
+        self._emit = emit
+        self._clock = clock
+        self.sample_rate = PIPELINE_RATE
+        self.system_prompt = settings.system_prompt
+        self._resampler = StreamResampler(self.sample_rate, PIPELINE_RATE)
+        self._vad = engines.vad.stream()
+        self._turns = TurnDetector(
+            settings.end_silence_complete_ms,
+            settings.end_silence_ms,
+            settings.end_silence_incomplete_ms,
+            settings.max_turn_s,
+        )
+        self._turn_ids = itertools.count(1)
+        # Audio and timeline.
+        self._audio = np.zeros(0, dtype=np.float32)
+        self._audio_start = 0  # sample index of self._audio[0]
+        self._received = 0  # samples received so far
+        self._analysed = 0  # samples the VAD has seen
+        self._arrivals: deque[tuple[int, float]] = deque()
+        # Turn taking.
+        self._speech_run_ms = 0.0
+        self._turn: UserTurn | None = None
+        self._partial_task: asyncio.Task | None = None
+        self._respond_task: asyncio.Task | None = None
+        self._reply: Reply | None = None
+        self._pending_start: int | None = None  # audio of a turn whose answer never began
+        self.history: list[dict[str, str]] = []
+        self.closed = False
+
+    # Input.
+
+    def handle(self, event: InputEvent) -> None:
+        """Take one input event. Never blocks; long work goes to tasks."""
+        if self.closed:
+            return
+        if isinstance(event, AudioReceived):
+            self._on_audio(event.samples)
+        elif isinstance(event, SessionStarted):
+            self._on_start(event)
+        elif isinstance(event, MarkPlayed):
+            if self._reply is not None:
+                self._reply.mark_played(event.name)
+        elif isinstance(event, TextReceived):
+            self._on_text(event.text)
+        elif isinstance(event, StreamStopped):
+            if self._turn is not None:
+                self._commit(self._turn)
+        elif isinstance(event, ProtocolError):
+            log.warning("session %s: %s: %s", self.id, event.code, event.message)
+            self._emit(Error(event.code, event.message))
+
+    def _on_start(self, event: SessionStarted) -> None:
+        self.sample_rate = event.sample_rate
+        self._resampler = StreamResampler(self.sample_rate, PIPELINE_RATE)
+        prompt = event.options.get("system_prompt")
+        if isinstance(prompt, str) and prompt.strip():
+            self.system_prompt = prompt.strip()
+
+    def _on_text(self, text: str) -> None:
+        self._interrupt()
+        turn = UserTurn(next(self._turn_ids), self._received, self._received)
+        metrics = TurnMetrics(turn.id, speech_end=self._clock())
+        self._emit(Transcript("user", text, final=True))
+        self._start_reply(turn, text, metrics)
+
+    def _on_audio(self, samples: np.ndarray) -> None:
+        samples = self._resampler.process(samples)
+        if not len(samples):
+            return
+        now = self._clock()
+        self._audio = np.concatenate([self._audio, samples])
+        self._received += len(samples)
+        self._arrivals.append((self._received, now))
+        for probability in self._vad.process(samples):
+            self._analysed += WINDOW
+            self._on_window(probability)
+        self._trim_audio()
+
+    def _on_window(self, probability: float) -> None:
+        end = self._analysed
+        threshold = self.settings.vad_threshold
+        if probability >= threshold:
+            self._speech_run_ms += WINDOW_MS
+            if self._turn is not None:
+                self._turn.last_speech = end
+                self._turn.speech_ms += WINDOW_MS
+            elif self._speech_run_ms >= self.settings.vad_min_speech_ms:
+                self._begin_turn(end)
+            if self._turn is not None:
+                self._maybe_barge_in(self._turn)
+                self._maybe_partial(self._turn)
+        elif probability < threshold - VAD_HYSTERESIS:
+            self._speech_run_ms = 0.0
+        if self._turn is not None:
+            self._check_end_of_turn(self._turn, end)
+
+    def _begin_turn(self, end: int) -> None:
+        run = int(self._speech_run_ms * PIPELINE_RATE / 1000)
+        start = max(self._audio_start, end - run - PREROLL_SAMPLES)
+        if self._respond_task is not None and (self._reply is None or not self._reply.started_audio):
+            # The user went on before the agent said anything: one turn, not two.
+            self._cancel_reply()
+            if self._pending_start is not None:
+                start = self._pending_start
+        self._pending_start = None
+        self._turn = UserTurn(next(self._turn_ids), start, end, speech_ms=self._speech_run_ms)
+        log.debug("session %s: turn %d starts", self.id, self._turn.id)
+
+    def _maybe_barge_in(self, turn: UserTurn) -> None:
+        reply = self._reply
+        if reply is None or turn.speech_ms < self.settings.barge_in_min_speech_ms:
+            return
+        log.info("session %s: barge-in after %.0f ms of speech", self.id, turn.speech_ms)
+        self._interrupt()
+
+    def _interrupt(self) -> None:
+        """Stop the agent now: every stage, the client's buffer, and the history."""
+        reply = self._reply
+        self._cancel_reply()
+        if reply is not None and reply.started_audio:
+            self._emit(Clear())
+            heard = reply.heard_text()
+            self._emit(Transcript("agent", heard, final=True))
+            self._remember(reply, heard)
+
+    def _cancel_reply(self) -> None:
+        if self._respond_task is not None:
+            self._respond_task.cancel()
+        self._respond_task = None
+        self._reply = None
+
+    # Transcription.
+
+    def _maybe_partial(self, turn: UserTurn) -> None:
+        if self._partial_task is not None and not self._partial_task.done():
+            return
+        interval = self.settings.partial_interval_ms * PIPELINE_RATE // 1000
+        if turn.last_speech - turn.partial_upto < interval:
+            return
+        upto = turn.last_speech
+        audio = self._slice(turn.start, upto)
+        self._partial_task = asyncio.create_task(self._partial(turn, audio, upto))
+
+    async def _partial(self, turn: UserTurn, audio: np.ndarray, upto: int) -> None:
+        try:
+            text = await self.engines.stt.transcribe(audio)
+        except Exception:  # a partial is optional; the final transcription will tell
+            log.exception("session %s: partial transcription failed", self.id)
+            return
+        if self._turn is turn and upto > turn.partial_upto and text:
+            turn.partial_text, turn.partial_upto = text, upto
+            self._emit(Transcript("user", text, final=False))
+
+    def _speculate(self, turn: UserTurn) -> None:
+        """Run the final transcription as soon as a pause begins."""
+        if turn.speculative_upto == turn.last_speech:
+            return
+        if turn.speculative is not None:
+            turn.speculative.cancel()
+        turn.speculative_upto = turn.last_speech
+        audio = self._slice(turn.start, turn.last_speech + SPEECH_TAIL_SAMPLES)
+        turn.speculative = asyncio.create_task(self._timed_transcribe(audio))
+
+    async def _timed_transcribe(self, audio: np.ndarray) -> tuple[str, float]:
+        started = self._clock()
+        text = await self.engines.stt.transcribe(audio)
+        return text, (self._clock() - started) * 1000.0
+
+    def _check_end_of_turn(self, turn: UserTurn, now: int) -> None:
+        silence_ms = (now - turn.last_speech) * 1000 / PIPELINE_RATE
+        if silence_ms < self.settings.stt_speculative_silence_ms:
+            return
+        self._speculate(turn)
+        speculative = turn.speculative
+        if speculative is not None and speculative.done() and not speculative.cancelled():
+            text = speculative.result()[0]
+        else:
+            text = turn.partial_text
+        turn_ms = (now - turn.start) * 1000 / PIPELINE_RATE
+        if self._turns.is_turn_over(silence_ms, text, turn_ms):
+            self._commit(turn)
+
+    def _commit(self, turn: UserTurn) -> None:
+        self._turn = None
+        if self._reply is not None:
+            # Speech over the agent that never reached barge-in: a backchannel or noise.
+            log.debug("session %s: ignoring %.0f ms of speech over the agent", self.id, turn.speech_ms)
+            return
+        metrics = TurnMetrics(turn.id, speech_end=self._arrival_time(turn.last_speech))
+        metrics.endpoint_ms = (self._clock() - metrics.speech_end) * 1000.0
+        self._pending_start = turn.start
+        self._respond_task = asyncio.create_task(self._respond(turn, metrics))
+
+    async def _respond(self, turn: UserTurn, metrics: TurnMetrics) -> None:
+        task = turn.speculative
+        if task is not None and turn.speculative_upto == turn.last_speech and not task.cancelled():
+            metrics.stt_speculative = True
+            text, metrics.stt_final_ms = await task
+        else:
+            audio = self._slice(turn.start, turn.last_speech + SPEECH_TAIL_SAMPLES)
+            text, metrics.stt_final_ms = await self._timed_transcribe(audio)
+        if not text:
+            log.info("session %s: turn %d had no words", self.id, turn.id)
+            self._respond_task = None
+            self._pending_start = None
+            return
+        self._emit(Transcript("user", text, final=True))
+        self._start_reply(turn, text, metrics)
+        await self._reply_finished()
+
+    def _start_reply(self, turn: UserTurn, text: str, metrics: TurnMetrics) -> None:
+        messages = [{"role": "system", "content": self.system_prompt}]
+        messages += self.history[-2 * self.settings.history_turns :]
+        messages.append({"role": "user", "content": text})
+        self._reply = Reply(
+            llm=self.engines.llm,
+            tts=self.engines.tts,
+            messages=messages,
+            output_rate=self.sample_rate,
+            lead_s=self.settings.output_lead_ms / 1000.0,
+            emit=self._emit,
+            turn=turn.id,
+            first_chunk_min_words=self.settings.first_chunk_min_words,
+            on_first_audio=lambda reply: self._report(reply, metrics),
+            user_text=text,
+            clock=self._clock,
+        )
+        if self._respond_task is None:
+            self._respond_task = asyncio.create_task(self._reply_finished())
+
+    async def _reply_finished(self) -> None:
+        reply = self._reply
+        if reply is None:
+            return
+        try:
+            await reply.run()
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # a stage failed: tell the client, keep the session
+            log.exception("session %s: reply failed", self.id)
+            self._emit(Error("reply_failed", f"the answer failed: {type(exc).__name__}"))
+        if self._reply is reply:
+            self._emit(Transcript("agent", reply.text, final=True))
+            self._remember(reply, reply.text)
+            self._reply = None
+            self._respond_task = None
+
+    def _remember(self, reply: Reply, heard: str) -> None:
+        self._pending_start = None
+        self.history.append({"role": "user", "content": reply.user_text})
+        self.history.append({"role": "assistant", "content": heard})
+
+    def _report(self, reply: Reply, metrics: TurnMetrics) -> None:
+        self._pending_start = None
+        t = reply.timings
+        values = {
+            "turn": metrics.turn,
+            "voice_to_voice_ms": _round((t.first_audio_at - metrics.speech_end) * 1000.0),
+            "endpoint_ms": _round(metrics.endpoint_ms),
+            "stt_final_ms": _round(metrics.stt_final_ms),
+            "stt_speculative": metrics.stt_speculative,
+            "llm_ttft_ms": _round(t.llm_ttft_ms),
+            "first_chunk_ms": _round(t.first_chunk_ms),
+            "tts_ttfa_ms": _round(t.tts_ttfa_ms),
+        }
+        log.info("session %s: metrics %s", self.id, values)
+        self._emit(Metrics(values))
+
+    # Timeline.
+
+    def _slice(self, start: int, end: int) -> np.ndarray:
+        return self._audio[max(0, start - self._audio_start) : max(0, end - self._audio_start)].copy()
+
+    def _arrival_time(self, sample: int) -> float:
+        for end, arrived in self._arrivals:
+            if end >= sample:
+                return arrived
+        return self._clock()
+
+    def _trim_audio(self) -> None:
+        keep_from = self._received - PREROLL_SAMPLES - int(self.settings.max_turn_s * PIPELINE_RATE)
+        for start in (self._turn.start if self._turn else None, self._pending_start):
+            if start is not None:
+                keep_from = min(keep_from, start)
+        if self._turn is None and self._pending_start is None:
+            keep_from = max(keep_from, self._received - PREROLL_SAMPLES)
+        if keep_from > self._audio_start:
+            self._audio = self._audio[keep_from - self._audio_start :]
+            self._audio_start = keep_from
+        while len(self._arrivals) > 1 and self._arrivals[0][0] < self._audio_start:
+            self._arrivals.popleft()
+
+    async def close(self) -> None:
+        """Stop everything this session started."""
+        self.closed = True
+        tasks = [t for t in (self._respond_task, self._partial_task) if t is not None]
+        if self._turn is not None and self._turn.speculative is not None:
+            tasks.append(self._turn.speculative)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        self._reply = None
+        self._respond_task = None
+
+
+def _round(value: float | None) -> float | None:
+    return None if value is None else round(value, 1)

@@ -1,0 +1,68 @@
+"""Run blocking iterators (llama.cpp, Piper) in worker threads, consumed as async iterators.
+
+Heavy compute must stay off the event loop, yet these engines produce their
+output piece by piece. The worker thread pushes each piece onto the loop as
+soon as it exists, and stops between pieces once the consumer goes away:
+closing or cancelling the async iterator is how a stage is aborted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from concurrent.futures import Executor
+from typing import AsyncIterator, Callable, Iterator, TypeVar
+
+T = TypeVar("T")
+
+_END = object()
+
+
+async def iterate_in_thread(
+    produce: Callable[[], Iterator[T]], executor: Executor | None = None
+) -> AsyncIterator[T]:
+    """Yield what ``produce()`` yields, computing it in ``executor``.
+
+    When the consumer stops early, the worker stops before its next item and
+    closes the iterator; the returned generator waits for that, so whatever
+    the worker holds (a model instance) is free once this generator is closed.
+    """
+    loop = asyncio.get_running_loop()
+    queue: asyncio.Queue = asyncio.Queue()
+    stop = threading.Event()
+
+    def deliver(item: object, error: BaseException | None = None) -> None:
+        try:
+            loop.call_soon_threadsafe(queue.put_nowait, (item, error))
+        except RuntimeError:  # the loop is closed: nobody is listening any more
+            stop.set()
+
+    def work() -> None:
+        iterator = produce()
+        try:
+            for item in iterator:
+                if stop.is_set():
+                    break
+                deliver(item)
+        except BaseException as exc:  # handed to the consumer, raised there
+            deliver(_END, exc)
+            return
+        finally:
+            close = getattr(iterator, "close", None)
+            if close is not None:
+                close()
+        deliver(_END)
+
+    worker = loop.run_in_executor(executor, work)
+    try:
+        while True:
+            item, error = await queue.get()
+            if item is _END:
+                if error is not None:
+                    raise error
+                return
+            yield item
+    finally:
+        stop.set()
+        # Shielded so a cancelled consumer still waits until the worker let go.
+        await asyncio.shield(worker)

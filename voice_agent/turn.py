@@ -1,0 +1,82 @@
+"""End-of-turn decisions from VAD silence plus the transcript so far.
+
+A pause after a complete sentence ends the turn quickly; a pause after "and",
+"the", "um" or a number is probably the user thinking, so it waits longer.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+
+# Words after which a speaker almost always goes on, even when Whisper has
+# already put a full stop after them ("I'd like a table for.").
+CONTINUING_WORDS = frozenset(
+    """and or but because if although though unless than
+    a an the my your his her our their every
+    to of at for from with into onto between
+    um uh er erm hmm i'm i'd i'll plus minus""".split()
+)
+
+# Words that often end a finished sentence ("That's what I like."), so they only
+# count as trailing when no sentence punctuation follows them.
+MAYBE_CONTINUING_WORDS = frozenset(
+    """so then when while since until that which who whom whose where as
+    this these those its some any each in on by about over under through
+    like well i we you is are was were be been am do does did have has had
+    can could would should will shall may might must not very really just also""".split()
+)
+
+_LAST_WORD = re.compile(r"([\w']+)\W*$")
+
+
+class Completeness(enum.Enum):
+    COMPLETE = "complete"
+    UNKNOWN = "unknown"
+    INCOMPLETE = "incomplete"
+
+
+def classify(transcript: str) -> Completeness:
+    text = transcript.strip()
+    if not text:
+        return Completeness.UNKNOWN
+    if text.endswith(("...", "…", ",", "-", "—", ":", ";")):
+        return Completeness.INCOMPLETE
+    match = _LAST_WORD.search(text.lower())
+    if match:
+        word = match.group(1)
+        if word in CONTINUING_WORDS or word.isdigit():
+            return Completeness.INCOMPLETE
+        if text[-1] not in ".!?" and word in MAYBE_CONTINUING_WORDS:
+            return Completeness.INCOMPLETE
+    if text[-1] in ".!?":
+        return Completeness.COMPLETE
+    return Completeness.UNKNOWN
+
+
+class TurnDetector:
+    def __init__(
+        self,
+        complete_ms: int = 350,
+        default_ms: int = 600,
+        incomplete_ms: int = 1200,
+        max_turn_s: float = 30.0,
+    ):
+        self._silence_ms = {
+            Completeness.COMPLETE: complete_ms,
+            Completeness.UNKNOWN: default_ms,
+            Completeness.INCOMPLETE: incomplete_ms,
+        }
+        self.max_turn_ms = max_turn_s * 1000.0
+
+    def required_silence_ms(self, transcript: str) -> int:
+        return self._silence_ms[classify(transcript)]
+
+    @property
+    def min_silence_ms(self) -> int:
+        return min(self._silence_ms.values())
+
+    def is_turn_over(self, silence_ms: float, transcript: str, turn_ms: float = 0.0) -> bool:
+        if turn_ms >= self.max_turn_ms:
+            return True
+        return silence_ms >= self.required_silence_ms(transcript)

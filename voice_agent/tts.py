@@ -59,6 +59,11 @@ class PiperTTS:
         for chunk in self._voice.synthesize(text):
             yield chunk.audio_float_array
 
+    def synthesize_blocking(self, text: str) -> np.ndarray:
+        """All of ``text`` at once, in the calling thread: for tools and tests."""
+        pieces = list(self._synthesize(speakable(text)))
+        return np.concatenate(pieces) if pieces else np.zeros(0, dtype=np.float32)
+
     async def synthesize(self, text: str) -> AsyncIterator[np.ndarray]:
         """float32 audio at :attr:`sample_rate`, piece by piece."""
         text = speakable(text)

@@ -57,7 +57,7 @@ def resample(samples: np.ndarray, in_rate: int, out_rate: int) -> np.ndarray:
     )
 
 
-# G.711 μ-law, as in ITU-T G.711 and the classic Sun/CCITT reference code:
+# G.711 μ-law, bit-exact with the ITU-T G.191 reference implementation (g711.c):
 # 14-bit magnitude with a bias of 0x84, 8 segments, bits inverted on the wire.
 _MULAW_BIAS = 0x84
 _MULAW_CLIP = 32635
@@ -84,7 +84,10 @@ def mulaw_encode(samples: np.ndarray) -> bytes:
     """int16 samples to μ-law bytes."""
     pcm = samples.astype(np.int32)
     sign = np.where(pcm < 0, 0x80, 0)
-    magnitude = np.minimum(np.abs(pcm), _MULAW_CLIP) + _MULAW_BIAS
+    # Negative values use the one's complement, as in the ITU-T G.191 reference
+    # (``ulaw_compress``): -1 codes as negative zero, and the decision levels
+    # are symmetric. ``abs`` would move every negative boundary by one.
+    magnitude = np.minimum(np.where(pcm < 0, ~pcm, pcm), _MULAW_CLIP) + _MULAW_BIAS
     # The segment is the position of the highest set bit above bit 7.
     exponent = np.clip(np.floor(np.log2(magnitude)).astype(np.int32) - 7, 0, 7)
     mantissa = (magnitude >> (exponent + 3)) & 0x0F

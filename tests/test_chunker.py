@@ -1,0 +1,61 @@
+from voice_agent.chunker import SentenceChunker
+
+
+def chunk_stream(text: str, step: int = 3, first_words: int = 3) -> list[str]:
+    chunker = SentenceChunker(first_words)
+    chunks = []
+    for start in range(0, len(text), step):
+        chunks += chunker.push(text[start : start + step])
+    return chunks + chunker.flush()
+
+
+def test_first_chunk_is_an_early_clause_then_sentences():
+    text = "Well, the capital of France, as you know, is Paris. It has museums, parks and cafes. Enjoy!"
+    assert chunk_stream(text) == [
+        "Well, the capital of France,",
+        "as you know, is Paris.",
+        "It has museums, parks and cafes.",
+        "Enjoy!",
+    ]
+
+
+def test_short_leading_clause_waits_for_enough_words():
+    assert chunk_stream("Yes, of course. Bye.", first_words=3) == ["Yes, of course.", "Bye."]
+
+
+def test_numbers_decimals_and_abbreviations_do_not_split():
+    text = "Dr. Smith paid $3.50 for 1,000 grams, i.e. a lot, at 5 p.m. today. Then he left."
+    assert chunk_stream(text, first_words=50) == [
+        "Dr. Smith paid $3.50 for 1,000 grams, i.e. a lot, at 5 p.m. today.",
+        "Then he left.",
+    ]
+
+
+def test_initials_do_not_split_but_no_does():
+    assert chunk_stream("J. R. R. Tolkien wrote it. No. I am sure.", first_words=50) == [
+        "J. R. R. Tolkien wrote it.",
+        "No.",
+        "I am sure.",
+    ]
+
+
+def test_boundary_needs_the_next_character():
+    chunker = SentenceChunker()
+    assert chunker.push("It costs 3.") == []  # could still be 3.5
+    assert chunker.push("5 euros. Next") == ["It costs 3.5 euros."]
+    assert chunker.flush() == ["Next"]
+
+
+def test_question_marks_quotes_and_newlines():
+    assert chunk_stream('He said "hi!" Then?\nOkay', first_words=50) == ['He said "hi!"', "Then?", "Okay"]
+
+
+def test_punctuation_only_text_is_dropped():
+    assert chunk_stream("... !") == []
+
+
+def test_very_long_sentence_splits_at_a_clause():
+    sentence = "word " * 60 + "and more, " + "word " * 10 + "end."
+    chunks = chunk_stream("First sentence here. " + sentence, first_words=50)
+    assert chunks[0] == "First sentence here."
+    assert len(chunks) == 3 and chunks[1].endswith("more,") and chunks[2].endswith("end.")

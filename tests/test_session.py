@@ -1,0 +1,217 @@
+"""Session behaviour with fake engines, for deterministic turn taking and barge-in."""
+
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+import pytest
+
+from voice_agent.config import Settings
+from voice_agent.engines import Engines
+from voice_agent.protocols.events import (
+    AgentAudio,
+    AudioReceived,
+    Clear,
+    Metrics,
+    TextReceived,
+    Transcript,
+)
+from voice_agent.session import Session
+from voice_agent.vad import WINDOW
+
+RATE = 16000
+
+
+class EnergyVAD:
+    """Speech wherever the window is loud: stands in for Silero."""
+
+    def stream(self):
+        return self
+
+    def process(self, samples):
+        self._pending = np.concatenate([getattr(self, "_pending", np.zeros(0, np.float32)), samples])
+        count = len(self._pending) // WINDOW
+        windows = self._pending[: count * WINDOW].reshape(count, WINDOW)
+        self._pending = self._pending[count * WINDOW :]
+        return [1.0 if np.sqrt(np.mean(w**2)) > 0.05 else 0.0 for w in windows]
+
+
+class FakeSTT:
+    def __init__(self):
+        self.calls = 0
+
+    async def transcribe(self, audio):
+        self.calls += 1
+        await asyncio.sleep(0.01)
+        # One word per 100 ms of tone, so merged turns get longer transcripts.
+        tone_seconds = np.sum(audio**2) / (0.3**2 / 2 * RATE)
+        loud = round(tone_seconds / 0.1)
+        return " ".join(["word"] * loud) + "." if loud else ""
+
+
+class FakeLLM:
+    name = "fake"
+
+    def __init__(self, answer: str, delay: float = 0.005):
+        self.answer = answer
+        self.delay = delay
+        self.requests: list[list[dict]] = []
+        self.closed = 0
+        self.finished = 0
+
+    async def stream_chat(self, messages):
+        self.requests.append(messages)
+        try:
+            for word in self.answer.split(" "):
+                await asyncio.sleep(self.delay)
+                yield word + " "
+            self.finished += 1
+        finally:
+            self.closed += 1
+
+
+class FakeTTS:
+    sample_rate = RATE
+
+    async def synthesize(self, text):
+        await asyncio.sleep(0.005)
+        yield np.full(len(text.split()) * RATE // 10, 0.2, dtype=np.float32)  # 100 ms a word
+
+
+def tone(seconds: float) -> np.ndarray:
+    t = np.arange(int(seconds * RATE)) / RATE
+    return (0.3 * np.sin(2 * np.pi * 220 * t)).astype(np.float32)
+
+
+def quiet(seconds: float) -> np.ndarray:
+    return np.zeros(int(seconds * RATE), np.float32)
+
+
+class Harness:
+    def __init__(self, answer="One two three. Four five six seven eight nine ten.", **settings):
+        self.llm = FakeLLM(answer)
+        self.stt = FakeSTT()
+        engines = Engines(vad=EnergyVAD(), stt=self.stt, llm=self.llm, tts=FakeTTS())
+        defaults = dict(end_silence_complete_ms=200, end_silence_ms=200, end_silence_incomplete_ms=200,
+                        stt_speculative_silence_ms=64, output_lead_ms=100, first_chunk_min_words=3)
+        self.settings = Settings(**{**defaults, **settings})
+        self.events: list = []
+        self.session = Session(engines, self.settings, self.events.append, "test")
+
+    async def feed(self, audio: np.ndarray, realtime: bool = True):
+        """Feed 20 ms frames; at real-time pace when the test needs the clock to move."""
+        for start in range(0, len(audio), 320):
+            self.session.handle(AudioReceived(audio[start : start + 320]))
+            await asyncio.sleep(0.02 if realtime else 0)
+
+    async def until(self, predicate, timeout=5.0):
+        deadline = asyncio.get_running_loop().time() + timeout
+        while not predicate():
+            if asyncio.get_running_loop().time() > deadline:
+                raise TimeoutError(f"condition not met; events: {self.kinds()}")
+            await asyncio.sleep(0.01)
+
+    def of(self, kind):
+        return [e for e in self.events if isinstance(e, kind)]
+
+    def kinds(self):
+        return [type(e).__name__ for e in self.events if not isinstance(e, AgentAudio)]
+
+    def finals(self, role):
+        return [e.text for e in self.of(Transcript) if e.role == role and e.final]
+
+
+async def test_a_turn_gets_a_spoken_answer_and_enters_history():
+    h = Harness()
+    await h.feed(tone(0.5), realtime=False)
+    await h.feed(quiet(0.4))
+    await h.until(lambda: h.finals("agent"))
+    assert h.finals("user") == ["word word word word word."]
+    [metrics] = h.of(Metrics)
+    assert metrics.values["voice_to_voice_ms"] > 0 and metrics.values["stt_speculative"] is True
+    assert h.finals("agent") == ["One two three. Four five six seven eight nine ten."]
+    assert sum(len(e.samples) for e in h.of(AgentAudio)) == 10 * RATE // 10  # 100 ms a word
+    assert all(len(e.samples) == 320 for e in h.of(AgentAudio))
+    assert h.session.history == [
+        {"role": "user", "content": "word word word word word."},
+        {"role": "assistant", "content": "One two three. Four five six seven eight nine ten."},
+    ]
+    assert h.llm.closed == 1 and h.llm.finished == 1
+    await h.session.close()
+
+
+async def test_barge_in_stops_every_stage_and_keeps_only_what_was_heard():
+    h = Harness(answer=" ".join(f"w{i}." for i in range(60)), barge_in_min_speech_ms=200)
+    h.llm.delay = 0.05  # still generating when the user interrupts
+    await h.feed(tone(0.5), realtime=False)
+    await h.feed(quiet(0.3))
+    await h.until(lambda: h.of(AgentAudio))
+    await h.feed(quiet(0.5))  # let the user hear about half a second
+    await h.feed(tone(0.4))
+    await h.until(lambda: h.of(Clear))
+    clear_at = h.events.index(h.of(Clear)[0])
+    audio_after_clear = [e for e in h.events[clear_at:] if isinstance(e, AgentAudio)]
+    assert audio_after_clear == []
+    assert h.llm.closed == 1 and h.llm.finished == 0  # the LLM stream was aborted
+    heard = h.session.history[1]["content"]
+    assert 0 < len(heard.split()) < 20 and heard.split() == [f"w{i}." for i in range(len(heard.split()))]
+    assert h.finals("agent")[-1] == heard
+    await asyncio.sleep(0.3)
+    assert [e for e in h.events[clear_at:] if isinstance(e, AgentAudio)] == []
+    await h.session.close()
+
+
+async def test_speech_before_the_answer_starts_merges_into_one_turn():
+    h = Harness()
+    h.llm.delay = 0.3  # the agent is slow to start
+    await h.feed(tone(0.3), realtime=False)
+    await h.feed(quiet(0.3))
+    await h.until(lambda: h.llm.requests)
+    await h.feed(tone(0.3))  # the user goes on before any audio
+    await h.feed(quiet(0.3))
+    h.llm.delay = 0.001
+    await h.until(lambda: h.finals("agent"))
+    assert h.of(Clear) == []
+    assert h.llm.requests[-1][-1]["content"].count("word") >= 5  # both parts of the turn
+    assert len(h.session.history) == 2
+    await h.session.close()
+
+
+async def test_a_short_backchannel_over_the_agent_is_not_an_interruption():
+    h = Harness(answer=" ".join(f"w{i}." for i in range(30)), barge_in_min_speech_ms=300)
+    await h.feed(tone(0.5), realtime=False)
+    await h.feed(quiet(0.3))
+    await h.until(lambda: h.of(AgentAudio))
+    await h.feed(tone(0.15))  # "mm-hm"
+    await h.feed(quiet(0.4))
+    assert h.of(Clear) == []
+    assert len(h.llm.requests) == 1
+    await h.session.close()
+
+
+async def test_text_input_interrupts_and_is_answered():
+    h = Harness(answer=" ".join(f"w{i}." for i in range(40)))
+    h.session.handle(TextReceived("first"))
+    await h.until(lambda: h.of(AgentAudio))
+    await asyncio.sleep(0.2)
+    h.session.handle(TextReceived("second"))
+    await h.until(lambda: len(h.llm.requests) == 2)
+    assert len(h.of(Clear)) == 1
+    assert h.llm.requests[1][-1] == {"role": "user", "content": "second"}
+    assert h.llm.requests[1][-2]["role"] == "assistant"  # the heard part of the first answer
+    await h.session.close()
+
+
+async def test_close_cancels_everything_in_flight():
+    h = Harness(answer=" ".join(f"w{i}." for i in range(200)))
+    h.llm.delay = 0.02
+    before = len(asyncio.all_tasks())
+    h.session.handle(TextReceived("talk a lot"))
+    await h.until(lambda: h.of(AgentAudio))
+    await h.session.close()
+    assert h.llm.closed == 1 and h.llm.finished == 0
+    assert len(asyncio.all_tasks()) == before
+    count = len(h.events)
+    await asyncio.sleep(0.2)
+    assert len(h.events) == count

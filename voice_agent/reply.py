@@ -126,20 +126,22 @@ class Reply:
                 if first:
                     audio.put_nowait(text)  # a chunk starts
                     first = False
-                pending = np.concatenate([pending, resampler.process(piece)])
-                whole = len(pending) - len(pending) % self._frame
-                for start in range(0, whole, self._frame):
-                    audio.put_nowait(pending[start : start + self._frame])
-                pending = pending[whole:]
+                pending = self._queue_frames(audio, np.concatenate([pending, resampler.process(piece)]))
             if first:
                 continue  # nothing speakable in this chunk
-            pending = np.concatenate([pending, resampler.process(np.zeros(0, np.float32), last=True)])
-            if len(pending):
-                # Pad the tail to a whole frame: telephony wants fixed 20 ms frames.
-                audio.put_nowait(np.pad(pending, (0, self._frame - len(pending) % self._frame or 0)))
+            tail = np.concatenate([pending, resampler.process(np.zeros(0, np.float32), last=True)])
+            # Pad the tail to whole frames: telephony wants fixed 20 ms frames.
+            self._queue_frames(audio, np.pad(tail, (0, -len(tail) % self._frame)))
             audio.put_nowait(_ChunkDone(index))
             index += 1
         audio.put_nowait(None)
+
+    def _queue_frames(self, audio: asyncio.Queue, samples: np.ndarray) -> np.ndarray:
+        """Queue every whole frame of ``samples``; return the remainder."""
+        whole = len(samples) - len(samples) % self._frame
+        for start in range(0, whole, self._frame):
+            audio.put_nowait(samples[start : start + self._frame])
+        return samples[whole:]
 
     async def _play(self, audio: asyncio.Queue) -> None:
         while (item := await audio.get()) is not None:

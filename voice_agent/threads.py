@@ -16,6 +16,13 @@ from typing import AsyncIterator, Callable, Iterator, TypeVar
 T = TypeVar("T")
 
 _END = object()
+_active = 0  # workers currently running, for tests and metrics
+_active_lock = threading.Lock()
+
+
+def active_workers() -> int:
+    """How many :func:`iterate_in_thread` workers are running right now."""
+    return _active
 
 
 async def iterate_in_thread(
@@ -38,6 +45,16 @@ async def iterate_in_thread(
             stop.set()
 
     def work() -> None:
+        global _active
+        with _active_lock:
+            _active += 1
+        try:
+            produce_all()
+        finally:
+            with _active_lock:
+                _active -= 1
+
+    def produce_all() -> None:
         iterator = produce()
         try:
             for item in iterator:

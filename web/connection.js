@@ -1,0 +1,103 @@
+// The WebSocket to the server, reopened with backoff when it drops.
+// Speaks the native protocol's framing (docs/protocol.md): binary frames are
+// PCM16 audio, text frames are JSON messages.
+
+const BACKOFF_FIRST_MS = 500;
+const BACKOFF_MAX_MS = 10000;
+const MODELS_LOADING = 1013; // the server's "try again later" while it loads its models
+
+export class Connection {
+  // onStatus({state, reason, retryInMs}): state is "connecting", "open",
+  // "retrying" or "closed"; reason says why it is retrying: "unreachable",
+  // "dropped" or "loading".
+  // onOpen() after each (re)connection, before any message;
+  // onMessage(object) for JSON, onAudio(ArrayBuffer) for PCM16.
+  constructor(url, { onStatus, onOpen, onMessage, onAudio }) {
+    this.url = url;
+    this.onStatus = onStatus;
+    this.onOpen = onOpen;
+    this.onMessage = onMessage;
+    this.onAudio = onAudio;
+    this.attempt = 0;
+    this.socket = null;
+    this.timer = null;
+    this.wanted = false;
+  }
+
+  open() {
+    this.wanted = true;
+    this.attempt = 0;
+    this.connect();
+  }
+
+  connect() {
+    this.timer = null;
+    this.onStatus({ state: "connecting" });
+    const socket = new WebSocket(this.url);
+    socket.binaryType = "arraybuffer";
+    let opened = false;
+    socket.onopen = () => {
+      opened = true;
+      this.onStatus({ state: "open" });
+      this.onOpen();
+    };
+    socket.onmessage = ({ data }) => {
+      if (data instanceof ArrayBuffer) {
+        this.onAudio(data);
+        return;
+      }
+      let message;
+      try {
+        message = JSON.parse(data);
+      } catch {
+        console.warn("ignoring a text message that is not JSON");
+        return;
+      }
+      this.onMessage(message);
+    };
+    // A failed connection fires error and then close; close alone decides.
+    socket.onerror = () => {};
+    socket.onclose = (event) => {
+      if (this.socket !== socket) return;
+      this.socket = null;
+      if (!this.wanted) return;
+      let reason = opened ? "dropped" : "unreachable";
+      if (event.code === MODELS_LOADING) reason = "loading";
+      else if (opened) this.attempt = 0; // a connection that worked starts the backoff afresh
+      this.retry(reason);
+    };
+    this.socket = socket;
+  }
+
+  retry(reason) {
+    const delay = Math.min(BACKOFF_MAX_MS, BACKOFF_FIRST_MS * 2 ** this.attempt) * (0.8 + 0.4 * Math.random());
+    this.attempt++;
+    this.onStatus({ state: "retrying", reason, retryInMs: delay });
+    this.timer = setTimeout(() => this.connect(), delay);
+  }
+
+  get isOpen() {
+    return this.socket?.readyState === WebSocket.OPEN;
+  }
+
+  send(data) {
+    if (this.isOpen) this.socket.send(data);
+  }
+
+  sendJson(message) {
+    this.send(JSON.stringify(message));
+  }
+
+  close() {
+    this.wanted = false;
+    clearTimeout(this.timer);
+    this.timer = null;
+    const socket = this.socket;
+    this.socket = null;
+    if (socket) {
+      if (socket.readyState === WebSocket.OPEN) socket.send(JSON.stringify({ type: "stop" }));
+      socket.close(1000, "stopped");
+    }
+    this.onStatus({ state: "closed" });
+  }
+}

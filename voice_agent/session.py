@@ -18,7 +18,7 @@ import logging
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import AsyncIterator, Callable
 
 import numpy as np
 
@@ -141,6 +141,24 @@ class Session:
         prompt = event.options.get("system_prompt")
         if isinstance(prompt, str) and prompt.strip():
             self.system_prompt = prompt.strip()
+        greeting = event.options.get("greeting")
+        if isinstance(greeting, str) and greeting.strip():
+            self._greet(greeting.strip())
+
+    def _greet(self, text: str) -> None:
+        """Say ``text`` before the user speaks, as a reply that can be interrupted like any other."""
+        self._reply = Reply(
+            llm=_Scripted(text),
+            tts=self.engines.tts,
+            messages=[],
+            output_rate=self.sample_rate,
+            lead_s=self.settings.output_lead_ms / 1000.0,
+            emit=self._emit,
+            turn=0,
+            user_text="",
+            clock=self._clock,
+        )
+        self._respond_task = asyncio.create_task(self._reply_finished())
 
     def _on_text(self, text: str) -> None:
         self._interrupt()
@@ -333,7 +351,8 @@ class Session:
 
     def _remember(self, reply: Reply, heard: str) -> None:
         self._pending_start = None
-        self.history.append({"role": "user", "content": reply.user_text})
+        if reply.user_text:  # a greeting answers nobody
+            self.history.append({"role": "user", "content": reply.user_text})
         self.history.append({"role": "assistant", "content": heard})
 
     def _report(self, reply: Reply, metrics: TurnMetrics) -> None:
@@ -387,6 +406,18 @@ class Session:
         await asyncio.gather(*tasks, return_exceptions=True)
         self._reply = None
         self._respond_task = None
+
+
+class _Scripted:
+    """Stands in for the LLM when the words are known in advance: they go through the chunker and TTS as usual."""
+
+    name = "scripted"
+
+    def __init__(self, text: str):
+        self._text = text
+
+    async def stream_chat(self, messages: list[dict[str, str]]) -> AsyncIterator[str]:
+        yield self._text
 
 
 def _round(value: float | None) -> float | None:

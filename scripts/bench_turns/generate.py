@@ -1,0 +1,50 @@
+"""Regenerate the benchmark turns with the embedded Piper voice.
+
+Run from the repository root: .venv/bin/python scripts/bench_turns/generate.py
+Piper samples its prosody noise, so each run gives slightly different audio:
+the FLAC files are committed so that every benchmark replays the same turns.
+A number in a turn is a pause in seconds, inside the turn: the endpointing
+must wait through it ("I'd like a table for ... four people").
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import soundfile
+
+from voice_agent.audio import resample
+from voice_agent.tts import PiperTTS
+
+RATE = 16000
+HERE = Path(__file__).resolve().parent
+
+TURNS = {
+    "open_tonight": ["Hello, are you open tonight?"],
+    "table_for_four": ["I'd like a table for", 1.0, "four people."],
+    "close_sundays": ["What time do you close on Sundays?"],
+    "bring_my_dog": ["Can I bring my", 0.8, "dog?"],
+    "vegetarian": ["Do you have any vegetarian dishes?"],
+    "arrive_at_seven": ["We will arrive at", 0.9, "around seven thirty."],
+    "menu": ["Tell me about your menu. What do you recommend for dinner and dessert?"],
+    "make_it_five": ["Sorry, make that five people, not four."],
+    "thanks_bye": ["Thank you, goodbye."],
+}
+
+
+def main() -> None:
+    voice = PiperTTS()
+    for name, parts in TURNS.items():
+        pieces = []
+        for part in parts:
+            if isinstance(part, str):
+                pieces.append(resample(voice.synthesize_blocking(part) * 0.5, voice.sample_rate, RATE))
+            else:
+                pieces.append(np.zeros(int(part * RATE), np.float32))
+        soundfile.write(HERE / f"{name}.flac", np.concatenate(pieces), RATE, subtype="PCM_16")
+        print(name)
+
+
+if __name__ == "__main__":
+    main()

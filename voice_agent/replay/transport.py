@@ -1,0 +1,152 @@
+"""The client side of the agent's wire protocols, and a thin socket around them.
+
+A client codec is sans-I/O, like the server's: it turns what the client wants
+to say (start, audio, mark echoes, stop) into wire messages, and wire messages
+from the agent into the same output events the server's codec consumes
+(:mod:`voice_agent.protocols.events`). :class:`Connection` only moves those
+messages over a WebSocket and stamps each arrival with the client clock.
+Adding a transport (Twilio Media Streams) is a new codec in ``CODECS``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from typing import Protocol
+
+import numpy as np
+
+from ..audio import float_to_pcm16, pcm16_to_float
+from ..protocols.events import AgentAudio, Clear, Error, Mark, Metrics, OutputEvent, Transcript
+
+FRAME_S = 0.02
+
+
+class ClientCodec(Protocol):
+    """What a replay client needs from a wire protocol."""
+
+    def start(self, sample_rate: int) -> list[str | bytes]: ...
+
+    def audio(self, samples: np.ndarray) -> list[str | bytes]: ...
+
+    def mark_played(self, name: str) -> list[str | bytes]: ...
+
+    def stop(self) -> list[str | bytes]: ...
+
+    def receive(self, message: str | bytes) -> list[OutputEvent]: ...
+
+
+class NativeClientCodec:
+    """The client side of the native protocol at ``/ws`` (see ``docs/protocol.md``)."""
+
+    def start(self, sample_rate: int) -> list[str | bytes]:
+        return [json.dumps({"type": "start", "sample_rate": sample_rate})]
+
+    def audio(self, samples: np.ndarray) -> list[str | bytes]:
+        return [float_to_pcm16(samples)]
+
+    def mark_played(self, name: str) -> list[str | bytes]:
+        return [json.dumps({"type": "mark", "name": name})]
+
+    def stop(self) -> list[str | bytes]:
+        return [json.dumps({"type": "stop"})]
+
+    def receive(self, message: str | bytes) -> list[OutputEvent]:
+        if isinstance(message, bytes):
+            if len(message) % 2:
+                return [Error("odd_length_audio", f"agent sent {len(message)} bytes of PCM16")]
+            return [AgentAudio(pcm16_to_float(message))]
+        try:
+            data = json.loads(message)
+        except json.JSONDecodeError:
+            return [Error("invalid_json", f"agent sent text that is not JSON: {message[:80]!r}")]
+        kind = data.get("type") if isinstance(data, dict) else None
+        if kind == "transcript":
+            return [Transcript(str(data.get("role")), str(data.get("text", "")), bool(data.get("final")))]
+        if kind == "clear":
+            return [Clear()]
+        if kind == "mark":
+            return [Mark(str(data.get("name")))]
+        if kind == "metrics":
+            return [Metrics({k: v for k, v in data.items() if k != "type"})]
+        if kind == "error":
+            return [Error(str(data.get("code")), str(data.get("message")))]
+        return [Error("unknown_type", f"agent sent an unknown message type {kind!r}")]
+
+
+CODECS: dict[str, type] = {"native": NativeClientCodec}
+
+
+class ConnectError(Exception):
+    """The agent could not be reached or refused the session."""
+
+
+class Connection:
+    """One WebSocket to the agent. Sends codec output; receives raw messages with arrival times."""
+
+    def __init__(self, websocket, codec: ClientCodec):
+        self.websocket = websocket
+        self.codec = codec
+
+    @classmethod
+    async def open(cls, url: str, codec: ClientCodec, sample_rate: int | None) -> "Connection":
+        import websockets
+
+        try:
+            websocket = await websockets.connect(url, max_size=None, open_timeout=10)
+        except (OSError, asyncio.TimeoutError, websockets.InvalidURI, websockets.InvalidHandshake) as exc:
+            raise ConnectError(f"cannot connect to {url}: {exc}") from None
+        connection = cls(websocket, codec)
+        if sample_rate is not None:
+            await connection.send(codec.start(sample_rate))
+        return connection
+
+    async def send(self, messages: list[str | bytes]) -> None:
+        for message in messages:
+            await self.websocket.send(message)
+
+    async def receive(self) -> tuple[float, str | bytes] | None:
+        """The next message and when it arrived; None once the connection is closed."""
+        import websockets
+
+        try:
+            message = await self.websocket.recv()
+        except websockets.ConnectionClosed:
+            return None
+        return time.monotonic(), message
+
+    def close_reason(self) -> str:
+        code, reason = self.websocket.close_code, self.websocket.close_reason
+        return f"connection closed: {code} {reason}".strip() if code is not None else "connection lost"
+
+    async def close(self) -> None:
+        await self.websocket.close()
+
+
+class Pacer:
+    """Ticks every ``FRAME_S`` on an absolute schedule, so waits never accumulate drift."""
+
+    def __init__(self, frame_s: float = FRAME_S):
+        self.frame_s = frame_s
+        self._next = time.monotonic()
+
+    async def tick(self) -> None:
+        self._next += self.frame_s
+        delay = self._next - time.monotonic()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        elif delay < -1.0:
+            self._next = time.monotonic()  # far behind (a stalled loop): start again, do not burst
+
+
+async def stream(connection: Connection, audio: np.ndarray, rate: int) -> list[float]:
+    """Send ``audio`` in 20 ms frames at real-time pace; returns each frame's send time."""
+    frame = int(rate * FRAME_S)
+    pacer = Pacer()
+    sent = []
+    for start in range(0, len(audio), frame):
+        await connection.send(connection.codec.audio(audio[start : start + frame]))
+        sent.append(time.monotonic())
+        await pacer.tick()
+    return sent

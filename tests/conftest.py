@@ -70,8 +70,12 @@ def stop_server(process: subprocess.Popen, log_file) -> None:
 
 @pytest.fixture(scope="session")
 def server():
-    """Base HTTP URL of a real `voice-agent serve` process with the default models."""
-    process, base_url, log_file = start_server()
+    """Base HTTP URL of a real `voice-agent serve` process with the default models.
+
+    Greedy decoding makes the answers repeatable, so a test that needs a long
+    answer (to interrupt it) always gets one.
+    """
+    process, base_url, log_file = start_server("--llm-temperature", "0")
     yield base_url
     stop_server(process, log_file)
 

@@ -13,6 +13,7 @@ from voice_agent.protocols.events import (
     AgentAudio,
     AudioReceived,
     Clear,
+    Error,
     Metrics,
     TextReceived,
     Transcript,
@@ -215,3 +216,57 @@ async def test_close_cancels_everything_in_flight():
     count = len(h.events)
     await asyncio.sleep(0.2)
     assert len(h.events) == count
+
+
+class BrokenLLM(FakeLLM):
+    async def stream_chat(self, messages):
+        self.requests.append(messages)
+        yield "Half an answer, "
+        raise ConnectionError("backend went away")
+
+
+class BrokenSTT(FakeSTT):
+    async def transcribe(self, audio):
+        raise RuntimeError("decoder crashed")
+
+
+class BrokenTTS(FakeTTS):
+    async def synthesize(self, text):
+        raise RuntimeError("voice crashed")
+        yield  # pragma: no cover
+
+
+async def test_an_llm_failure_is_reported_and_apologized_for_and_the_session_goes_on():
+    h = Harness()
+    h.session.engines.llm = BrokenLLM("")
+    h.session.handle(TextReceived("hello"))
+    await h.until(lambda: any("Sorry" in t for t in h.finals("agent")))
+    errors = [e for e in h.of(Error)]
+    assert [e.code for e in errors] == ["reply_failed"]
+    h.session.engines.llm = FakeLLM("Fine now.")
+    h.session.handle(TextReceived("again"))
+    await h.until(lambda: "Fine now." in h.finals("agent"))
+    await h.session.close()
+
+
+async def test_an_stt_failure_is_reported_and_apologized_for():
+    h = Harness()
+    h.session.engines.stt = BrokenSTT()
+    await h.feed(tone(0.5), realtime=False)
+    await h.feed(quiet(0.4))
+    await h.until(lambda: any("Sorry" in t for t in h.finals("agent")))
+    assert [e.code for e in h.of(Error)] == ["stt_failed"]
+    assert h.llm.requests == []
+    await h.session.close()
+
+
+async def test_a_tts_failure_is_reported_once_without_an_apology_loop():
+    h = Harness()
+    h.session.engines.tts = BrokenTTS()
+    h.session.handle(TextReceived("hello"))
+    await h.until(lambda: [e for e in h.of(Error)])
+    await asyncio.sleep(0.3)
+    codes = [e.code for e in h.of(Error)]
+    assert codes == ["reply_failed", "reply_failed"]  # the answer, then the apology; nothing more
+    assert h.session._reply is None
+    await h.session.close()

@@ -86,8 +86,12 @@ async def run_session(websocket: WebSocket, codec: Codec, engines: Engines, sett
     except ClientTooSlow:
         log.warning("session %s: client is not reading; closing", session_id)
         await _close(websocket, 1008, "client too slow")
-    except (WebSocketDisconnect, RuntimeError, OSError) as exc:
+    except (WebSocketDisconnect, OSError) as exc:
         log.info("session %s: connection lost: %s", session_id, exc)
+    except Exception:
+        # A bug in this one session: end it cleanly, never the server or other sessions.
+        log.exception("session %s: internal error; closing", session_id)
+        await _close(websocket, 1011, "internal error")
     finally:
         for task in (writer, overflow_watch):
             task.cancel()

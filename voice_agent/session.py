@@ -48,6 +48,7 @@ log = logging.getLogger(__name__)
 PREROLL_SAMPLES = PIPELINE_RATE * 3 // 10  # keep 300 ms before detected speech: Silero fires late
 SPEECH_TAIL_SAMPLES = PIPELINE_RATE // 10  # Whisper gets 100 ms past the last speech window
 VAD_HYSTERESIS = 0.15
+APOLOGY = "Sorry, something went wrong on my side. Could you say that again?"
 
 
 @dataclass
@@ -143,10 +144,10 @@ class Session:
             self.system_prompt = prompt.strip()
         greeting = event.options.get("greeting")
         if isinstance(greeting, str) and greeting.strip():
-            self._greet(greeting.strip())
+            self._say(greeting.strip())
 
-    def _greet(self, text: str) -> None:
-        """Say ``text`` before the user speaks, as a reply that can be interrupted like any other."""
+    def _say(self, text: str) -> None:
+        """Say fixed words (a greeting, an apology) as a reply that can be interrupted like any other."""
         self._reply = Reply(
             llm=_Scripted(text),
             tts=self.engines.tts,
@@ -276,7 +277,12 @@ class Session:
             return
         self._speculate(turn)
         speculative = turn.speculative
-        if speculative is not None and speculative.done() and not speculative.cancelled():
+        if (
+            speculative is not None
+            and speculative.done()
+            and not speculative.cancelled()
+            and speculative.exception() is None  # a failure surfaces when the turn commits
+        ):
             text = speculative.result()[0]
         else:
             text = turn.partial_text
@@ -299,10 +305,18 @@ class Session:
         task = turn.speculative
         if task is not None and turn.speculative_upto == turn.last_speech and not task.cancelled():
             metrics.stt_speculative = True
-            text, metrics.stt_final_ms = await task
         else:
             audio = self._slice(turn.start, turn.last_speech + SPEECH_TAIL_SAMPLES)
-            text, metrics.stt_final_ms = await self._timed_transcribe(audio)
+            task = asyncio.create_task(self._timed_transcribe(audio))
+        try:
+            text, metrics.stt_final_ms = await task
+        except Exception as exc:
+            log.exception("session %s: transcription failed", self.id)
+            self._emit(Error("stt_failed", f"transcription failed: {type(exc).__name__}"))
+            self._respond_task = None
+            self._pending_start = None
+            self._say(APOLOGY)
+            return
         if not text:
             log.info("session %s: turn %d had no words", self.id, turn.id)
             self._respond_task = None
@@ -336,6 +350,7 @@ class Session:
         reply = self._reply
         if reply is None:
             return
+        failed = False
         try:
             await reply.run()
         except asyncio.CancelledError:
@@ -343,11 +358,15 @@ class Session:
         except Exception as exc:  # a stage failed: tell the client, keep the session
             log.exception("session %s: reply failed", self.id)
             self._emit(Error("reply_failed", f"the answer failed: {type(exc).__name__}"))
+            failed = True
         if self._reply is reply:
             self._emit(Transcript("agent", reply.text, final=True))
             self._remember(reply, reply.text)
             self._reply = None
             self._respond_task = None
+            # Apologize for a failed answer to the user; never for fixed words, so no loop.
+            if failed and reply.user_text:
+                self._say(APOLOGY)
 
     def _remember(self, reply: Reply, heard: str) -> None:
         self._pending_start = None

@@ -1,0 +1,210 @@
+"""Measure recognition, endpointing and voice-to-voice latency on 8 kHz μ-law against the native 16 kHz path.
+
+Starts a real server with the default models, then plays every question three
+ways, one call at a time, at real-time pace:
+
+  native-16k   the native protocol at 16 kHz PCM (the reference);
+  native-8k-ulaw  the native protocol at 8 kHz, audio through a G.711 μ-law round trip:
+               the same session path as a phone call, with transcripts and metrics visible;
+  twilio       a simulated Twilio call on /twilio (μ-law media messages); the server's
+               per-turn metrics are read from its log, as Twilio carries none.
+
+Voice-to-voice is reported twice: by the server (last speech sample arrived →
+first answer frame sent) and by the client (frame with the last speech sample
+sent → first answer frame received). Run: .venv/bin/python scripts/telephony_bench.py [--repeats N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import asyncio
+import re
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from tests.conftest import start_server, stop_server  # noqa: E402
+from tests.speech import silence, speech  # noqa: E402
+from tests.twilioclient import TwilioClient  # noqa: E402
+from tests.wsclient import NativeClient  # noqa: E402
+from voice_agent.audio import StreamResampler, float_to_int16, mulaw_decode, mulaw_encode, resample  # noqa: E402
+
+QUESTIONS = [
+    "What is the capital of France?",
+    "How many days are there in a week?",
+    "Can you recommend a good book to read?",
+    "What is the weather usually like in summer?",
+    "Tell me a fun fact about elephants.",
+    "Why is the sky blue?",
+    "What should I cook for dinner tonight?",
+    "How far away is the moon?",
+]
+CONDITIONS = ("native-16k", "native-8k-ulaw", "twilio")
+JFK = Path("/work/shared/audio/jfk.flac")
+JFK_TEXT = "And so my fellow Americans, ask not what your country can do for you, ask what you can do for your country."
+SPEECH_LEVEL = 0.01
+
+
+def mulaw_round_trip(audio: np.ndarray) -> np.ndarray:
+    return mulaw_decode(mulaw_encode(float_to_int16(audio))).astype(np.float32) / 32768.0
+
+
+def words(text: str) -> list[str]:
+    return "".join(c for c in text.lower() if c.isalnum() or c.isspace()).split()
+
+
+def word_errors(reference: str, hypothesis: str) -> tuple[int, int]:
+    ref, hyp = words(reference), words(hypothesis)
+    row = list(range(len(hyp) + 1))
+    for i, r in enumerate(ref, 1):
+        previous, row[0] = row[0], i
+        for j, h in enumerate(hyp, 1):
+            previous, row[j] = row[j], min(row[j] + 1, row[j - 1] + 1, previous + (r != h))
+    return row[-1], len(ref)
+
+
+def last_speech_frame(audio: np.ndarray, rate: int) -> int:
+    loud = np.flatnonzero(np.abs(audio) > SPEECH_LEVEL)
+    return int(loud[-1]) // (rate // 50)
+
+
+async def run_native(url: str, text: str, rate: int, ulaw: bool) -> dict:
+    audio = speech(text, rate)
+    if ulaw:
+        audio = mulaw_round_trip(audio)
+    client = await NativeClient.connect(url, rate)
+    sent_at = time.monotonic()
+    await client.stream(np.concatenate([audio, silence(0.2, rate)]))
+    speech_end = sent_at + last_speech_frame(audio, rate) * 0.02
+    line = asyncio.create_task(client.stream(silence(20.0, rate)))
+    try:
+        metrics = await client.wait_for(lambda m: m.get("type") == "metrics", 30)
+        while not client.audio_messages():
+            await asyncio.sleep(0.01)
+        first_audio = client.audio_messages()[0].at
+        finals = [m["text"] for m in client.json("transcript") if m["role"] == "user" and m["final"]]
+        heard = finals[-1] if finals else ""  # an early endpoint shows as a later turn number
+    finally:
+        line.cancel()
+        await client.close()
+    return {"heard": heard, "client_v2v_ms": (first_audio - speech_end) * 1000, **metrics}
+
+
+async def run_twilio(base_url: str, text: str, log_path: Path) -> dict:
+    audio = speech(text, 8000)
+    log_start = log_path.stat().st_size
+    client = await TwilioClient.connect(base_url.replace("http://", "ws://") + "/twilio")
+    sent_at = time.monotonic()
+    await client.stream(np.concatenate([audio, silence(0.2, 8000)]))
+    speech_end = sent_at + last_speech_frame(audio, 8000) * 0.02
+    line = asyncio.create_task(client.stream(silence(20.0, 8000)))
+    try:
+        first = await client.wait_for(lambda m: m.get("event") == "media", 30)
+        metrics = None
+        for _ in range(100):
+            with open(log_path) as log:
+                log.seek(log_start)
+                found = re.findall(r"metrics (\{.*\})", log.read())
+            if found:
+                metrics = ast.literal_eval(found[0])
+                break
+            await asyncio.sleep(0.05)
+    finally:
+        line.cancel()
+        await client.close()
+    return {"client_v2v_ms": (first.at - speech_end) * 1000, **(metrics or {})}
+
+
+def offline() -> None:
+    """Engine level, no server: Whisper and Silero on the same clip at 16 kHz and through 8 kHz μ-law."""
+    import soundfile
+
+    from voice_agent.stt import WhisperSTT
+    from voice_agent.vad import WINDOW, SileroVAD
+
+    stt, vad = WhisperSTT(), SileroVAD()
+    clips = [(text, speech(text, 16000), speech(text, 8000)) for text in QUESTIONS]
+    if JFK.exists():
+        audio, rate = soundfile.read(JFK, dtype="float32")
+        audio = audio.mean(axis=1) if audio.ndim == 2 else audio
+        clips.append((JFK_TEXT, resample(audio, rate, 16000), resample(audio, rate, 8000)))
+
+    def as_the_session_hears_a_call(audio_8k: np.ndarray) -> np.ndarray:
+        upsampler = StreamResampler(8000, 16000)
+        coded = mulaw_round_trip(audio_8k)
+        return np.concatenate([upsampler.process(coded[i : i + 160]) for i in range(0, len(coded), 160)])
+
+    def speech_span_ms(audio: np.ndarray) -> tuple[float, float]:
+        speech_windows = np.flatnonzero(np.array(vad.stream().process(audio)) >= 0.5)
+        return speech_windows[0] * WINDOW / 16, (speech_windows[-1] + 1) * WINDOW / 16
+
+    totals = {"16k": [0, 0], "8k-ulaw": [0, 0]}
+    print("offline: clip | VAD speech start/end ms 16k vs 8k-ulaw | transcript 16k | transcript 8k-ulaw")
+    for text, clean, call_8k in clips:
+        call = as_the_session_hears_a_call(call_8k)
+        heard = {"16k": stt.transcribe_blocking(clean), "8k-ulaw": stt.transcribe_blocking(call)}
+        for key, hypothesis in heard.items():
+            errors, count = word_errors(text, hypothesis)
+            totals[key][0] += errors
+            totals[key][1] += count
+        (s16, e16), (s8, e8) = speech_span_ms(clean), speech_span_ms(call)
+        print(f"  {text[:32]!r:36} {s16:5.0f}/{e16:5.0f} vs {s8:5.0f}/{e8:5.0f} | {heard['16k']!r} | {heard['8k-ulaw']!r}")
+    for key, (errors, count) in totals.items():
+        print(f"offline word error rate {key}: {errors / count:.1%} ({errors}/{count} words)")
+
+
+def summary(values: list[float]) -> str:
+    if not values:
+        return "-"
+    return f"{statistics.median(values):7.0f} (p90 {np.percentile(values, 90):6.0f}, n={len(values)})"
+
+
+async def main(repeats: int) -> None:
+    offline()
+    if repeats == 0:
+        return
+    process, base_url, log_file = start_server()
+    log_path = Path(log_file.name)
+    ws_url = base_url.replace("http://", "ws://") + "/ws"
+    results: dict[str, list[dict]] = {c: [] for c in CONDITIONS}
+    try:
+        for text in QUESTIONS:
+            speech(text, 16000), speech(text, 8000)  # synthesize before timing anything
+        for round_ in range(repeats):
+            for text in QUESTIONS:
+                for condition in CONDITIONS:  # interleaved, so load changes hit every condition alike
+                    if condition == "twilio":
+                        result = await run_twilio(base_url, text, log_path)
+                    else:
+                        result = await run_native(ws_url, text, 8000 if "8k" in condition else 16000, "ulaw" in condition)
+                    result["text"] = text
+                    results[condition].append(result)
+                    print(f"{round_} {condition:15s} v2v server {result.get('voice_to_voice_ms')} client {result['client_v2v_ms']:.0f}"
+                          f" endpoint {result.get('endpoint_ms')} heard {result.get('heard', '')!r}", flush=True)
+                    await asyncio.sleep(1.0)
+    finally:
+        stop_server(process, log_file)
+
+    print("\nmedian ms (p90, n)        server v2v              client v2v              endpoint                stt final")
+    for condition, rows in results.items():
+        pick = lambda key: [r[key] for r in rows if r.get(key) is not None]  # noqa: E731
+        print(f"{condition:15s} {summary(pick('voice_to_voice_ms'))}  {summary(pick('client_v2v_ms'))}"
+              f"  {summary(pick('endpoint_ms'))}  {summary(pick('stt_final_ms'))}")
+    for condition in ("native-16k", "native-8k-ulaw"):
+        errors = [word_errors(r["text"], r["heard"]) for r in results[condition]]
+        exact = sum(1 for r in results[condition] if words(r["text"]) == words(r["heard"]))
+        print(f"{condition}: word error rate {sum(e for e, _ in errors) / sum(n for _, n in errors):.1%}, "
+              f"{exact}/{len(errors)} transcripts exact, one committed turn per question: "
+              f"{sum(1 for r in results[condition] if r.get('turn') == 1)}/{len(errors)}")
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=2)
+    asyncio.run(main(parser.parse_args().repeats))

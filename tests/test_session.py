@@ -270,3 +270,46 @@ async def test_a_tts_failure_is_reported_once_without_an_apology_loop():
     assert codes == ["reply_failed", "reply_failed"]  # the answer, then the apology; nothing more
     assert h.session._reply is None
     await h.session.close()
+
+
+async def test_the_answer_is_prepared_during_the_pause_and_released_on_commit():
+    h = Harness(end_silence_complete_ms=600, end_silence_ms=600, end_silence_incomplete_ms=600)
+    await h.feed(tone(0.5), realtime=False)
+    await h.feed(quiet(0.3))  # past the speculative point, before the end of the turn
+    assert h.llm.requests, "the LLM started during the pause"
+    assert h.of(AgentAudio) == [] and h.finals("user") == []  # held back: nothing reaches the client
+    await h.feed(quiet(0.5))
+    await h.until(lambda: h.of(Metrics))
+    assert h.of(Metrics)[0].values["preemptive"] is True
+    assert len(h.llm.requests) == 1
+    await h.until(lambda: h.finals("agent"))
+    await h.session.close()
+
+
+async def test_a_prepared_answer_is_dropped_when_the_user_goes_on():
+    h = Harness(end_silence_complete_ms=600, end_silence_ms=600, end_silence_incomplete_ms=600)
+    h.llm.delay = 0.05
+    await h.feed(tone(0.4), realtime=False)
+    await h.feed(quiet(0.3))
+    assert len(h.llm.requests) == 1
+    await h.feed(tone(0.4))  # not done after all
+    assert h.llm.closed == 1 and h.llm.finished == 0  # the prepared answer was aborted
+    await h.feed(quiet(0.9))
+    await h.until(lambda: h.finals("agent"))
+    assert [m.values["turn"] for m in h.of(Metrics)] == [1]
+    assert h.finals("user") == [" ".join(["word"] * 8) + "."]  # one turn with both parts
+    assert h.session.history[0]["content"] == h.finals("user")[0]
+    assert len(h.session.history) == 2
+    await h.session.close()
+
+
+async def test_preemptive_generation_can_be_turned_off():
+    h = Harness(end_silence_complete_ms=600, end_silence_ms=600, end_silence_incomplete_ms=600,
+                preemptive_generation=0)
+    await h.feed(tone(0.5), realtime=False)
+    await h.feed(quiet(0.3))
+    assert h.llm.requests == []
+    await h.feed(quiet(0.5))
+    await h.until(lambda: h.of(Metrics))
+    assert h.of(Metrics)[0].values["preemptive"] is False
+    await h.session.close()

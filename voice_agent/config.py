@@ -66,6 +66,14 @@ class Settings:
         "stt",
     )
 
+    preemptive_generation: int = _opt(
+        1,
+        "1: start answering the speculative transcript during the pause, and release the "
+        "answer the moment the turn is confirmed; 0: answer only after the turn ends.",
+        "stt",
+        (0, 1),
+    )
+
     # Voice activity and turn detection
     vad_threshold: float = _opt(0.5, "Silero speech probability that counts as speech.", "turn")
     vad_min_speech_ms: int = _opt(

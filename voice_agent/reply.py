@@ -62,6 +62,7 @@ class Reply:
         user_text: str,
         first_chunk_min_words: int = 3,
         on_first_audio: Callable[["Reply"], None] | None = None,
+        held: bool = False,
         clock: Callable[[], float] = time.monotonic,
     ):
         self._llm = llm
@@ -80,6 +81,11 @@ class Reply:
         self.chunks: list[SpokenChunk] = []
         self._sent_s = 0.0
         self._marked: tuple[float, float] | None = None  # (audio offset, when the client confirmed it)
+        # A held reply generates and synthesizes ahead but emits nothing until released:
+        # that is how an answer is prepared while the turn may still go on.
+        self._released = asyncio.Event()
+        if not held:
+            self._released.set()
 
     @property
     def started_audio(self) -> bool:
@@ -143,7 +149,11 @@ class Reply:
             audio.put_nowait(samples[start : start + self._frame])
         return samples[whole:]
 
+    def release(self) -> None:
+        self._released.set()
+
     async def _play(self, audio: asyncio.Queue) -> None:
+        await self._released.wait()
         while (item := await audio.get()) is not None:
             if isinstance(item, str):
                 self.chunks.append(SpokenChunk(item, self._sent_s))

@@ -17,7 +17,7 @@ import itertools
 import logging
 import time
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import AsyncIterator, Callable
 
 import numpy as np
@@ -52,6 +52,16 @@ APOLOGY = "Sorry, something went wrong on my side. Could you say that again?"
 
 
 @dataclass
+class TurnMetrics:
+    turn: int
+    speech_end: float = 0.0  # monotonic arrival time of the last speech sample
+    endpoint_ms: float = 0.0
+    stt_final_ms: float = 0.0
+    stt_speculative: bool = False
+    preemptive: bool = False
+
+
+@dataclass
 class UserTurn:
     id: int
     start: int  # sample index where the turn's audio starts
@@ -61,16 +71,10 @@ class UserTurn:
     partial_upto: int = 0
     speculative_upto: int = -1  # last_speech that the speculative final was started for
     speculative: asyncio.Task | None = None
-
-
-@dataclass
-class TurnMetrics:
-    turn: int
-    speech_end: float = 0.0  # monotonic arrival time of the last speech sample
-    endpoint_ms: float = 0.0
-    stt_final_ms: float = 0.0
-    stt_speculative: bool = False
-    extra: dict = field(default_factory=dict)
+    preemptive_upto: int = -1  # speculative_upto that the preemptive reply answers
+    preemptive: Reply | None = None
+    preemptive_task: asyncio.Task | None = None
+    metrics: TurnMetrics | None = None
 
 
 class Session:
@@ -148,25 +152,16 @@ class Session:
 
     def _say(self, text: str) -> None:
         """Say fixed words (a greeting, an apology) as a reply that can be interrupted like any other."""
-        self._reply = Reply(
-            llm=_Scripted(text),
-            tts=self.engines.tts,
-            messages=[],
-            output_rate=self.sample_rate,
-            lead_s=self.settings.output_lead_ms / 1000.0,
-            emit=self._emit,
-            turn=0,
-            user_text="",
-            clock=self._clock,
-        )
-        self._respond_task = asyncio.create_task(self._reply_finished())
+        reply = self._new_reply(0, "", _Scripted(text), [], None)
+        self._respond_task = asyncio.create_task(self._play(reply, asyncio.create_task(reply.run())))
 
     def _on_text(self, text: str) -> None:
         self._interrupt()
         turn = UserTurn(next(self._turn_ids), self._received, self._received)
         metrics = TurnMetrics(turn.id, speech_end=self._clock())
         self._emit(Transcript("user", text, final=True))
-        self._start_reply(turn, text, metrics)
+        reply = self._new_reply(turn.id, text, self.engines.llm, self._messages(text), metrics)
+        self._respond_task = asyncio.create_task(self._play(reply, asyncio.create_task(reply.run())))
 
     def _on_audio(self, samples: np.ndarray) -> None:
         samples = self._resampler.process(samples)
@@ -189,6 +184,8 @@ class Session:
             if self._turn is not None:
                 self._turn.last_speech = end
                 self._turn.speech_ms += WINDOW_MS
+                if self._turn.preemptive is not None:
+                    self._drop_preemptive(self._turn)  # the user goes on: that answer is stale
             elif self._speech_run_ms >= self.settings.vad_min_speech_ms:
                 self._begin_turn(end)
             if self._turn is not None:
@@ -283,7 +280,8 @@ class Session:
             and not speculative.cancelled()
             and speculative.exception() is None  # a failure surfaces when the turn commits
         ):
-            text = speculative.result()[0]
+            text, stt_ms = speculative.result()
+            self._preempt(turn, text, stt_ms)
         else:
             text = turn.partial_text
         turn_ms = (now - turn.start) * 1000 / PIPELINE_RATE
@@ -296,7 +294,8 @@ class Session:
             # Speech over the agent that never reached barge-in: a backchannel or noise.
             log.debug("session %s: ignoring %.0f ms of speech over the agent", self.id, turn.speech_ms)
             return
-        metrics = TurnMetrics(turn.id, speech_end=self._arrival_time(turn.last_speech))
+        metrics = turn.metrics or TurnMetrics(turn.id)
+        metrics.speech_end = self._arrival_time(turn.last_speech)
         metrics.endpoint_ms = (self._clock() - metrics.speech_end) * 1000.0
         self._pending_start = turn.start
         self._respond_task = asyncio.create_task(self._respond(turn, metrics))
@@ -323,36 +322,71 @@ class Session:
             self._pending_start = None
             return
         self._emit(Transcript("user", text, final=True))
-        self._start_reply(turn, text, metrics)
-        await self._reply_finished()
+        if turn.preemptive is not None and turn.preemptive_upto == turn.last_speech:
+            reply, running = turn.preemptive, turn.preemptive_task
+            metrics.preemptive = True
+        else:
+            self._drop_preemptive(turn)
+            reply = self._new_reply(turn.id, text, self.engines.llm, self._messages(text), metrics)
+            running = asyncio.create_task(reply.run())
+        await self._play(reply, running)
 
-    def _start_reply(self, turn: UserTurn, text: str, metrics: TurnMetrics) -> None:
+    def _preempt(self, turn: UserTurn, text: str, stt_ms: float) -> None:
+        """Start answering the speculative transcript, held back until the turn is committed."""
+        if (
+            not self.settings.preemptive_generation
+            or not text
+            or turn.preemptive_upto == turn.speculative_upto
+            or self._reply is not None  # speech over the agent: only a barge-in makes it a turn
+        ):
+            return
+        self._drop_preemptive(turn)
+        turn.metrics = TurnMetrics(turn.id, stt_final_ms=stt_ms)
+        turn.preemptive_upto = turn.speculative_upto
+        turn.preemptive = self._new_reply(turn.id, text, self.engines.llm, self._messages(text), turn.metrics, held=True)
+        turn.preemptive_task = asyncio.create_task(turn.preemptive.run())
+
+    def _drop_preemptive(self, turn: UserTurn) -> None:
+        if turn.preemptive_task is not None:
+            turn.preemptive_task.cancel()
+        turn.preemptive = turn.preemptive_task = turn.metrics = None
+        turn.preemptive_upto = -1
+
+    def _messages(self, text: str) -> list[dict[str, str]]:
         messages = [{"role": "system", "content": self.system_prompt}]
         messages += self.history[-2 * self.settings.history_turns :]
         messages.append({"role": "user", "content": text})
-        self._reply = Reply(
-            llm=self.engines.llm,
+        return messages
+
+    def _new_reply(
+        self, turn: int, user_text: str, llm, messages: list, metrics: TurnMetrics | None, held: bool = False
+    ) -> Reply:
+        return Reply(
+            llm=llm,
             tts=self.engines.tts,
             messages=messages,
             output_rate=self.sample_rate,
             lead_s=self.settings.output_lead_ms / 1000.0,
             emit=self._emit,
-            turn=turn.id,
+            turn=turn,
+            user_text=user_text,
             first_chunk_min_words=self.settings.first_chunk_min_words,
-            on_first_audio=lambda reply: self._report(reply, metrics),
-            user_text=text,
+            on_first_audio=None if metrics is None else (lambda reply: self._report(reply, metrics)),
+            held=held,
             clock=self._clock,
         )
-        if self._respond_task is None:
-            self._respond_task = asyncio.create_task(self._reply_finished())
 
-    async def _reply_finished(self) -> None:
-        reply = self._reply
-        if reply is None:
-            return
+    async def _play(self, reply: Reply, running: asyncio.Task) -> None:
+        """Make ``reply`` the one the user hears, and wait for it to end.
+
+        Cancelling this task cancels ``running`` too: asyncio cancels the task
+        that a cancelled task is waiting on.
+        """
+        self._reply = reply
+        reply.release()
         failed = False
         try:
-            await reply.run()
+            await running
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # a stage failed: tell the client, keep the session
@@ -383,6 +417,7 @@ class Session:
             "endpoint_ms": _round(metrics.endpoint_ms),
             "stt_final_ms": _round(metrics.stt_final_ms),
             "stt_speculative": metrics.stt_speculative,
+            "preemptive": metrics.preemptive,
             "llm_ttft_ms": _round(t.llm_ttft_ms),
             "first_chunk_ms": _round(t.first_chunk_ms),
             "tts_ttfa_ms": _round(t.tts_ttfa_ms),
@@ -418,8 +453,8 @@ class Session:
         """Stop everything this session started."""
         self.closed = True
         tasks = [t for t in (self._respond_task, self._partial_task) if t is not None]
-        if self._turn is not None and self._turn.speculative is not None:
-            tasks.append(self._turn.speculative)
+        if self._turn is not None:
+            tasks += [t for t in (self._turn.speculative, self._turn.preemptive_task) if t is not None]
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)

@@ -200,6 +200,56 @@ class Settings:
         "telephony",
     )
 
+    # Limits (see docs/operations.md)
+    max_sessions: int = _opt(
+        8,
+        "Concurrent sessions per process; further connections are closed with 1013 "
+        "(try again later, reason 'server is full'). 0 means no limit.",
+        "limits",
+    )
+    idle_timeout_s: float = _opt(
+        60.0, "Close a session whose client sent nothing for this long. 0 means never.", "limits"
+    )
+    max_session_s: float = _opt(
+        3600.0, "Close a session after this long, whatever it is doing. 0 means never.", "limits"
+    )
+    max_audio_rate: float = _opt(
+        1.5,
+        "Seconds of audio a client may send per second of wall time, averaged with a 3 s burst; "
+        "frames beyond it are dropped with an audio_rate_exceeded error. 0 means no limit.",
+        "limits",
+    )
+    max_messages_per_s: int = _opt(
+        200,
+        "Messages a client may send per second, averaged with a 2 s burst (a live client sends "
+        "about 50); a client over it is closed with 1008. 0 means no limit.",
+        "limits",
+    )
+
+    # Access control (see docs/operations.md)
+    auth_token: str = _opt(
+        "",
+        "Shared secret /ws clients must present, as 'Authorization: Bearer TOKEN' or ?token=TOKEN; "
+        "others get HTTP 401. Empty lets anyone in. Prefer the environment variable: flags show in ps.",
+        "access",
+    )
+    allowed_origins: str = _opt(
+        "",
+        "Comma-separated browser origins (scheme://host[:port]) allowed to open a WebSocket; a "
+        "handshake carrying another Origin gets HTTP 403. Clients that send no Origin (not browsers) "
+        "are unaffected. Empty allows every origin.",
+        "access",
+    )
+
+    # Operations
+    shutdown_grace_s: float = _opt(
+        20.0,
+        "On SIGTERM or Ctrl-C: how long live sessions may finish the answer they are giving "
+        "before they are closed with 1001.",
+        "server",
+    )
+    log_format: str = _opt("text", "Log line format.", "server", ("text", "json"))
+
     @classmethod
     def from_sources(
         cls, args: argparse.Namespace | None = None, environ: Mapping[str, str] | None = None

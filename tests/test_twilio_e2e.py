@@ -67,13 +67,15 @@ def media_between(client: TwilioClient, start: float, end: float = float("inf"))
 
 
 async def test_a_call_gets_a_spoken_answer_paced_and_marked_then_barge_in_clears(phone_server):
-    client = await TwilioClient.connect(local_stream_url(phone_server), SID)
     question = "Tell me a long story about a brave knight and a dragon."
+    interruption_audio = np.concatenate([speech("Stop, please wait a moment.", RATE), silence(3.0, RATE)])
+    interruption_speech_s = len(speech("Stop, please wait a moment.", RATE)) / RATE
+    client = await TwilioClient.connect(local_stream_url(phone_server), SID)
     spoken_until = await client.stream(np.concatenate([speech(question, RATE), silence(0.3, RATE)]))
     line = asyncio.create_task(client.stream(silence(30.0, RATE)))  # a phone line never goes quiet
     first = await client.wait_for(lambda m: m.get("event") == "media", 20)
     assert first.at - spoken_until < 15.0  # latency is measured elsewhere; the CPU here is shared
-    await asyncio.sleep(2.0)  # let the answer play a while
+    await asyncio.sleep(1.0)  # let the answer play a while
     line.cancel()
 
     answer = client.of("media")
@@ -84,20 +86,22 @@ async def test_a_call_gets_a_spoken_answer_paced_and_marked_then_barge_in_clears
     # Paced at real time with a small lead: never more than the lead ahead of the phone's playback.
     ahead = [r.at - answer[0].at - i * FRAME_S for i, r in enumerate(answer)]
     assert min(ahead) > -(0.2 + 0.3), f"audio ran {-min(ahead):.2f} s ahead of real time"
-    marks = client.of("mark")
-    assert marks and all(m.message["streamSid"] == SID and m.message["mark"]["name"] for m in marks)
-
     # Barge-in: the caller talks over the answer.
     interruption = time.monotonic()
-    talking = asyncio.create_task(client.stream(np.concatenate([speech("Stop, please wait a moment.", RATE), silence(3.0, RATE)])))
+    talking = asyncio.create_task(client.stream(interruption_audio))
     clear = await client.wait_for(lambda m: m.get("event") == "clear", 5)
     assert clear.message == {"event": "clear", "streamSid": SID}
     assert clear.at - interruption < 2.0
     # The interrupted answer's audio stops at the clear; the answer to the interruption
-    # can only start after the caller finished speaking (about 1.7 s of speech).
-    interruption_speech_s = len(speech("Stop, please wait a moment.", RATE)) / RATE
+    # can only start after the caller finished speaking.
     assert not media_between(client, clear.at, interruption + interruption_speech_s)
     await talking
+    # Every spoken chunk, of the interrupted answer or of the next one, is followed by a mark.
+    line = asyncio.create_task(client.stream(silence(30.0, RATE)))
+    await client.wait_for(lambda m: m.get("event") == "mark", 20)
+    marks = client.of("mark")
+    assert all(m.message["streamSid"] == SID and m.message["mark"]["name"] and set(m.message) == {"event", "streamSid", "mark"} for m in marks)
+    line.cancel()
     await client.close()
 
 
@@ -109,7 +113,8 @@ async def test_greeting_parameter_dtmf_and_garbage(phone_server):
     for garbage in ("{nope", json.dumps({"event": "media", "sequenceNumber": "1", "streamSid": SID, "media": {"payload": "!!"}}),
                     json.dumps({"event": "mystery"}), json.dumps({"event": "media", "sequenceNumber": "99999", "streamSid": "MZx"})):
         await client.ws.send(garbage)
-    await client.wait_for(lambda m: m.get("event") == "mark", 15)  # the greeting's last chunk was sent
+    mark = await client.wait_for(lambda m: m.get("event") == "mark", 15)  # the greeting's last chunk was sent
+    assert mark.message == {"event": "mark", "streamSid": SID, "mark": {"name": mark.message["mark"]["name"]}}
     await asyncio.sleep(client.buffered_s() + 0.5)
     # A key press is text input: the agent answers it.
     pressed = time.monotonic()

@@ -37,7 +37,7 @@ def wait_ready(base_url: str, process: subprocess.Popen, timeout: float = 180.0)
     raise TimeoutError("server did not become ready")
 
 
-def start_server(*extra_args: str, env: dict[str, str] | None = None):
+def start_server(*extra_args: str, env: dict[str, str] | None = None, ready_timeout: float = 180.0):
     port = free_port()
     ARTIFACTS.mkdir(exist_ok=True)
     log_path = ARTIFACTS / f"server-{port}.log"
@@ -51,7 +51,7 @@ def start_server(*extra_args: str, env: dict[str, str] | None = None):
     )
     base_url = f"http://127.0.0.1:{port}"
     try:
-        wait_ready(base_url, process)
+        wait_ready(base_url, process, ready_timeout)
     except Exception:
         process.kill()
         log_file.close()

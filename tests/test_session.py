@@ -41,10 +41,13 @@ class EnergyVAD:
 class FakeSTT:
     def __init__(self):
         self.calls = 0
+        self.text: str | None = None  # what it hears, instead of "word" per 100 ms of tone
 
     async def transcribe(self, audio):
         self.calls += 1
         await asyncio.sleep(0.01)
+        if self.text is not None:
+            return self.text
         # One word per 100 ms of tone, so merged turns get longer transcripts.
         tone_seconds = np.sum(audio**2) / (0.3**2 / 2 * RATE)
         loud = round(tone_seconds / 0.1)
@@ -313,3 +316,59 @@ async def test_preemptive_generation_can_be_turned_off():
     await h.until(lambda: h.of(Metrics))
     assert h.of(Metrics)[0].values["preemptive"] is False
     await h.session.close()
+
+
+async def test_acknowledgements_over_the_agent_do_not_interrupt_it_or_get_answered():
+    h = Harness(answer=" ".join(f"w{i}." for i in range(25)), barge_in_min_speech_ms=200, barge_in_force_ms=2000)
+    await h.feed(tone(0.5), realtime=False)
+    await h.feed(quiet(0.3))
+    await h.until(lambda: h.of(AgentAudio))
+    h.stt.text = "Mm-hm, yeah."
+    await h.feed(tone(0.5))  # long enough to be checked, but only an acknowledgement
+    await h.feed(quiet(0.5))
+    assert h.of(Clear) == []
+    await h.until(lambda: h.finals("agent"), timeout=10)
+    await asyncio.sleep(0.3)
+    assert len(h.llm.requests) == 1  # "yeah" was not taken as a new question
+    await h.session.close()
+
+
+async def test_real_words_over_the_agent_interrupt_it():
+    h = Harness(answer=" ".join(f"w{i}." for i in range(40)), barge_in_min_speech_ms=200, barge_in_force_ms=2000)
+    await h.feed(tone(0.5), realtime=False)
+    await h.feed(quiet(0.3))
+    await h.until(lambda: h.of(AgentAudio))
+    h.stt.text = "Wait, what about tomorrow?"
+    await h.feed(tone(0.3))
+    await h.until(lambda: h.of(Clear))
+    await h.session.close()
+
+
+async def test_long_speech_over_the_agent_interrupts_whatever_the_words():
+    h = Harness(answer=" ".join(f"w{i}." for i in range(60)), barge_in_min_speech_ms=200, barge_in_force_ms=500)
+    await h.feed(tone(0.5), realtime=False)
+    await h.feed(quiet(0.3))
+    await h.until(lambda: h.of(AgentAudio))
+    h.stt.text = "yeah"
+    await h.feed(tone(0.4))
+    assert h.of(Clear) == []
+    await h.feed(tone(0.3))
+    assert len(h.of(Clear)) == 1
+    await h.session.close()
+
+
+@pytest.mark.parametrize(
+    "text, acknowledgement",
+    [
+        ("Yeah, yeah, yeah.", True),
+        ("Mm-hm.", True),
+        ("Okay.", True),
+        ("I see.", True),
+        ("", True),  # a cough or a door: no words
+        ("Yeah, but what about Paris?", False),
+        ("I see a problem.", False),
+        ("Stop.", False),
+    ],
+)
+def test_what_counts_as_an_acknowledgement(text, acknowledgement):
+    assert Harness().session._is_backchannel(text) is acknowledgement

@@ -35,11 +35,13 @@ class StreamResampler:
     soxr stream carries the filter's history across calls instead.
     """
 
-    def __init__(self, in_rate: int, out_rate: int):
+    def __init__(self, in_rate: int, out_rate: int, quality: str = "HQ"):
         self.in_rate = in_rate
         self.out_rate = out_rate
         self._stream = (
-            None if in_rate == out_rate else soxr.ResampleStream(in_rate, out_rate, 1, dtype="float32")
+            None
+            if in_rate == out_rate
+            else soxr.ResampleStream(in_rate, out_rate, 1, dtype="float32", quality=quality)
         )
 
     def process(self, samples: np.ndarray, last: bool = False) -> np.ndarray:

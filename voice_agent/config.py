@@ -92,7 +92,16 @@ class Settings:
     )
     max_turn_s: float = _opt(30.0, "A turn longer than this is committed at once.", "turn")
     barge_in_min_speech_ms: int = _opt(
-        250, "User speech over the agent that counts as an interruption.", "turn"
+        250, "User speech over the agent after which it may be an interruption.", "turn"
+    )
+    barge_in_backchannels: str = _opt(
+        "yeah,yes,yep,yup,mm,mhm,mm hm,hmm,uh huh,okay,ok,right,sure,i see,got it,cool,nice,wow,oh",
+        "Comma-separated words that do not interrupt the agent when they are all the user said "
+        "over it (checked with STT). Empty: any speech past --barge-in-min-speech-ms interrupts.",
+        "turn",
+    )
+    barge_in_force_ms: int = _opt(
+        900, "User speech over the agent that interrupts it whatever the words.", "turn"
     )
 
     # LLM

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import re
 import time
 from collections import deque
 from dataclasses import dataclass
@@ -48,6 +49,10 @@ log = logging.getLogger(__name__)
 PREROLL_SAMPLES = PIPELINE_RATE * 3 // 10  # keep 300 ms before detected speech: Silero fires late
 SPEECH_TAIL_SAMPLES = PIPELINE_RATE // 10  # Whisper gets 100 ms past the last speech window
 VAD_HYSTERESIS = 0.15
+# The soxr high-quality filter holds back about 66 ms of 8 kHz input, medium
+# quality about 26 ms; VAD and Whisper do not hear the difference, the user does.
+INPUT_RESAMPLE_QUALITY = "MQ"
+BARGE_RECHECK_MS = 160  # more overlapping speech since the last check: look again
 APOLOGY = "Sorry, something went wrong on my side. Could you say that again?"
 
 
@@ -75,6 +80,9 @@ class UserTurn:
     preemptive: Reply | None = None
     preemptive_task: asyncio.Task | None = None
     metrics: TurnMetrics | None = None
+    over_agent: bool = False  # began while the agent was speaking
+    barge_check: asyncio.Task | None = None
+    barge_checked_ms: float = 0.0  # speech_ms when the last barge-in check started
 
 
 class Session:
@@ -93,7 +101,7 @@ class Session:
         self._clock = clock
         self.sample_rate = PIPELINE_RATE
         self.system_prompt = settings.system_prompt
-        self._resampler = StreamResampler(self.sample_rate, PIPELINE_RATE)
+        self._resampler = StreamResampler(self.sample_rate, PIPELINE_RATE, INPUT_RESAMPLE_QUALITY)
         self._vad = engines.vad.stream()
         self._turns = TurnDetector(
             settings.end_silence_complete_ms,
@@ -102,6 +110,11 @@ class Session:
             settings.max_turn_s,
         )
         self._turn_ids = itertools.count(1)
+        phrases = {" ".join(p.lower().replace("-", " ").split()) for p in settings.barge_in_backchannels.split(",")}
+        phrases.discard("")
+        # Longest first, so that "mm hm" is taken whole before "mm".
+        alternatives = "|".join(re.escape(p) for p in sorted(phrases, key=len, reverse=True))
+        self._backchannels = re.compile(rf"\b(?:{alternatives})\b") if phrases else None
         # Audio and timeline.
         self._audio = np.zeros(0, dtype=np.float32)
         self._audio_start = 0  # sample index of self._audio[0]
@@ -117,6 +130,11 @@ class Session:
         self._pending_start: int | None = None  # audio of a turn whose answer never began
         self.history: list[dict[str, str]] = []
         self.closed = False
+
+    @property
+    def answering(self) -> bool:
+        """An answer (or fixed words) is being prepared or spoken: a graceful shutdown waits for it."""
+        return self._respond_task is not None
 
     # Input.
 
@@ -142,7 +160,7 @@ class Session:
 
     def _on_start(self, event: SessionStarted) -> None:
         self.sample_rate = event.sample_rate
-        self._resampler = StreamResampler(self.sample_rate, PIPELINE_RATE)
+        self._resampler = StreamResampler(self.sample_rate, PIPELINE_RATE, INPUT_RESAMPLE_QUALITY)
         prompt = event.options.get("system_prompt")
         if isinstance(prompt, str) and prompt.strip():
             self.system_prompt = prompt.strip()
@@ -205,15 +223,53 @@ class Session:
             if self._pending_start is not None:
                 start = self._pending_start
         self._pending_start = None
-        self._turn = UserTurn(next(self._turn_ids), start, end, speech_ms=self._speech_run_ms)
+        self._turn = UserTurn(
+            next(self._turn_ids), start, end, speech_ms=self._speech_run_ms, over_agent=self._reply is not None
+        )
         log.debug("session %s: turn %d starts", self.id, self._turn.id)
 
     def _maybe_barge_in(self, turn: UserTurn) -> None:
-        reply = self._reply
-        if reply is None or turn.speech_ms < self.settings.barge_in_min_speech_ms:
+        """Interrupt the agent for real speech, not for "mm-hm" or a cough.
+
+        Past ``barge_in_min_speech_ms`` the overlapping speech is transcribed;
+        only words beyond the backchannel list interrupt. Past
+        ``barge_in_force_ms`` of speech the agent stops whatever the words.
+        """
+        if self._reply is None or turn.speech_ms < self.settings.barge_in_min_speech_ms:
             return
-        log.info("session %s: barge-in after %.0f ms of speech", self.id, turn.speech_ms)
+        if self._backchannels is None or turn.speech_ms >= self.settings.barge_in_force_ms:
+            self._barge_in(turn, "")
+            return
+        checking = turn.barge_check is not None and not turn.barge_check.done()
+        if not checking and turn.speech_ms - turn.barge_checked_ms >= BARGE_RECHECK_MS:
+            turn.barge_checked_ms = turn.speech_ms
+            audio = self._slice(turn.start, turn.last_speech)
+            turn.barge_check = asyncio.create_task(self._check_barge_in(turn, audio))
+
+    async def _check_barge_in(self, turn: UserTurn, audio: np.ndarray) -> None:
+        try:
+            text = await self.engines.stt.transcribe(audio)
+        except Exception:
+            log.exception("session %s: barge-in transcription failed", self.id)
+            text = "?"  # unknown words: treat as speech
+        if self._turn is not turn or self._reply is None:
+            return
+        if self._is_backchannel(text):
+            log.info("session %s: not an interruption: %r", self.id, text)
+        else:
+            self._barge_in(turn, text)
+
+    def _barge_in(self, turn: UserTurn, text: str) -> None:
+        log.info("session %s: barge-in after %.0f ms of speech %r", self.id, turn.speech_ms, text)
+        turn.over_agent = False
         self._interrupt()
+
+    def _is_backchannel(self, text: str) -> bool:
+        """Only acknowledgement words, or no words at all (a cough, a door)."""
+        words = " ".join(re.sub(r"[^a-z' ]", " ", text.lower().replace("-", " ")).split())
+        if self._backchannels is not None:
+            words = self._backchannels.sub("", words)
+        return not words.strip()
 
     def _interrupt(self) -> None:
         """Stop the agent now: every stage, the client's buffer, and the history."""
@@ -316,8 +372,8 @@ class Session:
             self._pending_start = None
             self._say(APOLOGY)
             return
-        if not text:
-            log.info("session %s: turn %d had no words", self.id, turn.id)
+        if not text or (turn.over_agent and self._is_backchannel(text)):
+            log.info("session %s: turn %d had no words for the agent: %r", self.id, turn.id, text)
             self._respond_task = None
             self._pending_start = None
             return
@@ -454,7 +510,8 @@ class Session:
         self.closed = True
         tasks = [t for t in (self._respond_task, self._partial_task) if t is not None]
         if self._turn is not None:
-            tasks += [t for t in (self._turn.speculative, self._turn.preemptive_task) if t is not None]
+            turn = self._turn
+            tasks += [t for t in (turn.speculative, turn.preemptive_task, turn.barge_check) if t is not None]
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)

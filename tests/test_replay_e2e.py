@@ -20,7 +20,7 @@ REPORT_KEYS = {
 }
 RUN_KEYS = {"concurrency", "session", "repeat", "duration_s", "failure", "errors", "turns", "agent_speech_s", "timeline"}
 TURN_KEYS = {
-    "index", "name", "start", "sent_s", "speech_start_s", "speech_end_s", "answer_s",
+    "index", "name", "start", "sent_s", "sent_frame", "speech_start_s", "speech_end_s", "answer_s",
     "voice_to_voice_ms", "server_voice_to_voice_ms", "client_minus_server_ms",
     "first_transcript_ms", "final_transcript_ms", "transcript", "expect", "wer", "answer",
     "agent_spoke_during_turn", "server", "barge_in_stop_ms", "barge_in_cleared",

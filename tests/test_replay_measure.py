@@ -123,6 +123,18 @@ def test_no_barge_in_when_the_agent_was_silent():
     assert barge_in_stop(agent_frames(1.0, 0.5) + agent_frames(4.0, 1.0), onset=3.0) is None
 
 
+def test_no_barge_in_once_the_answer_has_played_out():
+    # The server sends with a lead: 0.5 s of audio, all received by 1.3 s, plays until 1.5 s.
+    received = [AudioIn(1.0, FRAME_S, 0.2) for _ in range(10)] + agent_frames(1.02, 0.3)
+    assert barge_in_stop(received, onset=1.45) == (pytest.approx(1.3), False)
+    assert barge_in_stop(received, onset=1.6) is None
+
+
+def test_a_stall_between_chunks_is_still_the_same_answer():
+    received = agent_frames(1.0, 1.0) + [*agent_frames(2.3, 0.2), MessageIn(2.45, "clear"), *agent_frames(2.46, 0.5)]
+    assert barge_in_stop(received, onset=2.1) == (pytest.approx(2.45), True)
+
+
 def test_playback_intervals_follow_the_frames_and_stop_at_clear():
     # Ten frames arrive at once (the server's lead), then paced ones.
     burst = [AudioIn(1.0, FRAME_S, 0.2) for _ in range(10)]
@@ -344,9 +356,9 @@ async def test_runner_measures_a_known_answer_delay_and_barge_in():
     async with websockets.serve(fake_agent, "127.0.0.1", 0) as server:
         port = server.sockets[0].getsockname()[1]
         options = Options(f"ws://127.0.0.1:{port}/ws", lead_in_ms=200, tail_ms=200, reply_timeout_s=5)
-        traces = await run_level(bursts_script(), options, 2, 1, 0.1, lambda: None)
+        traces = await run_level(bursts_script(), options, 2, 2, 0.1, lambda: None)
     runs = [analyse(trace) for trace in traces]
-    assert [trace.failure for trace in traces] == [None, None]
+    assert [trace.failure for trace in traces] == [None] * 4
     answered = [turn for run in runs for turn in run["turns"][:2]]
     interrupts = [run["turns"][2] for run in runs]
     # The fake answers 600 ms after the frame holding the end of speech arrived, and its first

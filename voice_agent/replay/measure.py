@@ -121,27 +121,38 @@ def barge_in_stop(received: Sequence[Received], onset: float) -> tuple[float, bo
     """When the agent went quiet after interrupting speech began at ``onset``.
 
     Returns (instant, cleared): the ``clear`` message if one came, else the
-    last agent frame of the answer that was arriving at ``onset``. None if no
-    answer was arriving then: there was nothing to interrupt.
+    last agent frame received of the answer that was playing at ``onset``.
+    None if no answer was playing then (by :func:`playback_intervals`, with
+    short stalls between chunks bridged): there was nothing to interrupt.
     """
-    last_audio: float | None = None
-    for item in received:
-        if item.at >= onset:
-            break
-        if isinstance(item, AudioIn):
-            last_audio = item.at
-    if last_audio is None or onset - last_audio > ANSWER_GAP_S:
+    playing = None
+    for start, end in _answers(playback_intervals(received)):
+        if start <= onset < end:
+            playing = (start, end)
+    if playing is None:
         return None
+    last_audio = None
     for item in received:
-        if item.at < onset:
+        if item.at < playing[0]:
             continue
-        if isinstance(item, MessageIn) and item.type == "clear":
+        if item.at > playing[1]:
+            break
+        if isinstance(item, MessageIn) and item.type == "clear" and item.at >= onset:
             return item.at, True
         if isinstance(item, AudioIn):
-            if item.at - last_audio > ANSWER_GAP_S:
-                break  # the interrupted answer had ended; this is the next one
             last_audio = item.at
     return last_audio, False
+
+
+def _answers(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """Playback intervals with gaps shorter than ``ANSWER_GAP_S`` bridged: one per answer."""
+    merged: list[tuple[float, float]] = []
+    for start, end in intervals:
+        if merged and start - merged[-1][1] < ANSWER_GAP_S:
+            merged[-1] = (merged[-1][0], end)
+        else:
+            merged.append((start, end))
+    return merged
 
 
 def playback_intervals(received: Sequence[Received]) -> list[tuple[float, float]]:

@@ -38,6 +38,7 @@ class Options:
 class SentTurn:
     turn: Turn
     frame_times: list[float]
+    first_frame: int  # index of its first frame in everything the run sent
 
     @property
     def frame_samples(self) -> int:
@@ -82,9 +83,12 @@ class _Sender:
         self._done: asyncio.Future | None = None
         self.marks: list[tuple[float, str]] = []  # (due, name)
         self.stopped = False
+        self.frames_sent = 0
+        self._first_frame = 0
 
     def play(self, audio: np.ndarray) -> asyncio.Future:
-        """Queue a turn; the future gets its frames' send times once the last one went out."""
+        """Queue a turn; once its last frame went out, the future gets
+        (the stream index of its first frame, each frame's send time)."""
         padding = -len(audio) % self.frame
         self._tape = np.concatenate([audio, np.zeros(padding, np.float32)]) if padding else audio
         self._position = 0
@@ -98,17 +102,20 @@ class _Sender:
         pacer = Pacer()
         while not self.stopped:
             if self._tape is not None:
+                if not self._position:
+                    self._first_frame = self.frames_sent
                 frame = self._tape[self._position : self._position + self.frame]
                 self._position += self.frame
             else:
                 frame = silence
             await self.connection.send(codec.audio(frame))
+            self.frames_sent += 1
             now = time.monotonic()
             if self._tape is not None:
                 self._times.append(now)
                 if self._position >= len(self._tape):
                     self._tape = None
-                    self._done.set_result(self._times)
+                    self._done.set_result((self._first_frame, self._times))
             due = [name for at, name in self.marks if at <= now]
             if due:
                 self.marks = [(at, name) for at, name in self.marks if at > now]
@@ -174,7 +181,8 @@ class _Run:
         for turn in self.script.turns:
             if previous is not None:
                 await self._wait_start(turn, previous, reading)
-            previous = SentTurn(turn, await self._watch(sender.play(turn.audio), reading))
+            first_frame, frame_times = await self._watch(sender.play(turn.audio), reading)
+            previous = SentTurn(turn, frame_times, first_frame)
             self.trace.turns.append(previous)
             self.on_turn()
         await self._wait(lambda: self._answer_finished(previous), self.options.reply_timeout_s, reading)
@@ -275,6 +283,7 @@ def analyse(trace: RunTrace) -> dict:
                 "name": sent.turn.name,
                 "start": str(sent.turn.start),
                 "sent_s": _seconds(sent.sent_at, origin),
+                "sent_frame": sent.first_frame,
                 "speech_start_s": _seconds(sent.speech_start_at, origin),
                 "speech_end_s": _seconds(sent.speech_end_at, origin),
                 "answer_s": _seconds(answer_at, origin),

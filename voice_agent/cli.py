@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import logging
 import sys
 
 from .config import Settings, add_arguments
@@ -42,23 +41,29 @@ def main(argv: list[str] | None = None) -> int:
 def serve_command(settings: Settings) -> int:
     import uvicorn
 
+    from . import log
     from .server import create_app
+    from .shutdown import GracefulServer
 
-    logging.basicConfig(
-        level=settings.log_level.upper(),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
+    log.configure(
+        settings.log_level,
+        settings.log_format,
+        secrets=(settings.auth_token, settings.telephony_token, settings.twilio_auth_token),
     )
+    app = create_app(settings)
     config = uvicorn.Config(
-        create_app(settings),
+        app,
         host=settings.host,
         port=settings.port,
         ws="websockets-sansio",
         ws_max_size=MAX_MESSAGE_BYTES,
         log_level=settings.log_level,
+        log_config=None,  # uvicorn's lines go through log.configure's handler: session ids, no secrets
         lifespan="on",
+        # Sessions are drained before uvicorn's shutdown starts; this bounds what is left after that.
+        timeout_graceful_shutdown=5,
     )
-    uvicorn.Server(config).run()
+    GracefulServer(config, app.state.runtime.sessions, settings.shutdown_grace_s).run()
     return 0
 
 

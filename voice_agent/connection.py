@@ -2,21 +2,25 @@
 
 It reads messages, hands them to the protocol codec, feeds the resulting
 events to the session, and writes what the session emits through the codec
-on a single writer task. Nothing here knows a wire format.
+on a single writer task. Nothing here knows a wire format. It also enforces
+the per-client limits (message and audio rate, idle timeout, session length)
+and closes the connection when the server asks it to (shutdown).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import uuid
 from typing import Protocol
 
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
+from . import log as logs
 from .config import Settings
 from .engines import Engines
-from .protocols.events import InputEvent, OutputEvent
+from .limits import ClientLimits, Deadlines, Slot
+from .metrics import ServerMetrics
+from .protocols.events import AudioReceived, Error, InputEvent, OutputEvent
 from .session import Session
 
 log = logging.getLogger(__name__)
@@ -24,6 +28,16 @@ log = logging.getLogger(__name__)
 # About 20 s of 20 ms audio frames. A client further behind than this is not
 # reading: the session is dropped rather than buffering without bound.
 OUTBOX_LIMIT = 1000
+FLUSH_S = 2.0  # how long a closing session may take to send what it already emitted
+
+NORMAL_CLOSURE = 1000
+POLICY_VIOLATION = 1008
+INTERNAL_ERROR = 1011
+
+_DEADLINE_CLOSE = {
+    Deadlines.IDLE: "idle timeout",
+    Deadlines.TOO_LONG: "session time limit reached",
+}
 
 
 class Codec(Protocol):
@@ -38,12 +52,32 @@ class ClientTooSlow(Exception):
     pass
 
 
-async def run_session(websocket: WebSocket, codec: Codec, engines: Engines, settings: Settings) -> None:
-    session_id = uuid.uuid4().hex[:8]
+class Closing(Exception):
+    """End the session with this close code and reason."""
+
+    def __init__(self, code: int, reason: str):
+        super().__init__(reason)
+        self.code = code
+        self.reason = reason
+
+
+async def run_session(
+    websocket: WebSocket,
+    codec: Codec,
+    engines: Engines,
+    settings: Settings,
+    slot: Slot | None = None,
+    metrics: ServerMetrics | None = None,
+) -> None:
+    """Serve one accepted WebSocket until either side ends it. ``slot`` comes from the server's registry."""
+    slot = slot or Slot()
+    metrics = metrics or ServerMetrics()
+    session_id = logs.ensure_session()
     outbox: asyncio.Queue[str | bytes] = asyncio.Queue(OUTBOX_LIMIT)
     overflow = asyncio.Event()
 
     def emit(event: OutputEvent) -> None:
+        metrics.observe(event)
         message = codec.send(event)
         if message is None:
             return
@@ -59,45 +93,99 @@ async def run_session(websocket: WebSocket, codec: Codec, engines: Engines, sett
                 await websocket.send_bytes(message)
             else:
                 await websocket.send_text(message)
+            outbox.task_done()
 
     session = Session(engines, settings, emit, session_id)
+    slot.answering = lambda: session.answering
+    limits = ClientLimits(settings)
     log.info("session %s: connected from %s", session_id, websocket.client)
     writer = asyncio.create_task(write())
-    overflow_watch = asyncio.create_task(overflow.wait())
+    watches = {
+        asyncio.create_task(overflow.wait()): ClientTooSlow,
+        asyncio.create_task(slot.close_requested.wait()): None,
+    }
+    receive: asyncio.Task | None = None
     try:
-        while True:
-            receive = asyncio.create_task(websocket.receive())
-            done, _ = await asyncio.wait({receive, writer, overflow_watch}, return_when=asyncio.FIRST_COMPLETED)
-            if receive not in done:
-                receive.cancel()
-                if overflow_watch in done:
-                    raise ClientTooSlow()
-                writer.result()  # raises the writer's error
-                return
-            message = receive.result()
-            if message["type"] == "websocket.disconnect":
-                return
-            if message.get("bytes") is not None:
-                events = codec.receive_bytes(message["bytes"])
-            else:
-                events = codec.receive_text(message.get("text") or "")
-            for event in events:
-                session.handle(event)
+        with metrics.session():
+            while True:
+                if receive is None:
+                    receive = asyncio.create_task(websocket.receive())
+                done, _ = await asyncio.wait(
+                    {receive, writer, *watches},
+                    timeout=limits.deadlines.remaining(),
+                    return_when=asyncio.FIRST_COMPLETED,
+                )
+                if receive in done:
+                    message, receive = receive.result(), None
+                    if message["type"] == "websocket.disconnect":
+                        return
+                    _take(message, codec, session, limits, emit)
+                    continue
+                for watch in done & watches.keys():
+                    if watches[watch] is ClientTooSlow:
+                        raise ClientTooSlow()
+                    raise Closing(slot.close_code, slot.close_reason)
+                if writer in done:
+                    writer.result()  # raises the writer's error
+                    return
+                if (expired := limits.deadlines.expired()) is not None:
+                    emit(Error(expired, f"{_DEADLINE_CLOSE[expired]}; closing"))
+                    raise Closing(NORMAL_CLOSURE, _DEADLINE_CLOSE[expired])
+    except Closing as closing:
+        log.info("session %s: closing (%d, %s)", session_id, closing.code, closing.reason)
+        await _flush(outbox, writer)
+        await _close(websocket, closing.code, closing.reason)
     except ClientTooSlow:
         log.warning("session %s: client is not reading; closing", session_id)
-        await _close(websocket, 1008, "client too slow")
+        metrics.errors.labels("client_too_slow").inc()
+        await _close(websocket, POLICY_VIOLATION, "client too slow")
     except (WebSocketDisconnect, OSError) as exc:
         log.info("session %s: connection lost: %s", session_id, exc)
     except Exception:
         # A bug in this one session: end it cleanly, never the server or other sessions.
         log.exception("session %s: internal error; closing", session_id)
-        await _close(websocket, 1011, "internal error")
+        metrics.errors.labels("internal_error").inc()
+        await _close(websocket, INTERNAL_ERROR, "internal error")
     finally:
-        for task in (writer, overflow_watch):
+        tasks = [writer, *watches] + ([receive] if receive is not None else [])
+        for task in tasks:
             task.cancel()
-        await asyncio.gather(writer, overflow_watch, return_exceptions=True)
+        await asyncio.gather(*tasks, return_exceptions=True)
         await session.close()
         log.info("session %s: closed", session_id)
+
+
+def _take(message: dict, codec: Codec, session: Session, limits: ClientLimits, emit) -> None:
+    """Decode one client message within the client's limits and hand its events to the session."""
+    limits.deadlines.touch()
+    if not limits.messages.take(1):
+        emit(Error("message_rate_exceeded", f"over {limits.messages.rate:g} messages per second; closing"))
+        raise Closing(POLICY_VIOLATION, "too many messages")
+    if message.get("bytes") is not None:
+        events = codec.receive_bytes(message["bytes"])
+    else:
+        events = codec.receive_text(message.get("text") or "")
+    for event in events:
+        if isinstance(event, AudioReceived) and not limits.admit_audio(len(event.samples) / session.sample_rate):
+            if limits.report_drop:
+                emit(
+                    Error(
+                        "audio_rate_exceeded",
+                        f"audio is arriving faster than {limits.audio.rate:g}x real time; frames dropped",
+                    )
+                )
+            continue
+        session.handle(event)
+
+
+async def _flush(outbox: asyncio.Queue, writer: asyncio.Task) -> None:
+    """Let the writer send what is already queued, for a little while."""
+    if writer.done():
+        return
+    try:
+        await asyncio.wait_for(outbox.join(), FLUSH_S)
+    except asyncio.TimeoutError:
+        pass
 
 
 async def _close(websocket: WebSocket, code: int, reason: str) -> None:

@@ -4,9 +4,12 @@
 Streams for phone calls (``POST /twilio/voice`` answers a call with the TwiML
 that connects it, see ``docs/telephony.md``), ``/`` serves the browser client
 from ``web/``, ``/healthz`` and ``/readyz`` are the liveness and readiness probes.
+``/metrics`` serves Prometheus metrics.
 Models load in the background after start-up, so the probes answer at once;
-WebSocket clients that arrive before the models are warm are refused with
-close code 1013 (try again later).
+WebSocket clients that arrive before the models are warm, past the session
+limit, or during a shutdown are refused with close code 1013 (try again
+later). A handshake from a browser origin not allowed gets HTTP 403, one
+without the auth token HTTP 401 (see ``docs/operations.md``).
 """
 
 from __future__ import annotations
@@ -25,9 +28,13 @@ from starlette.routing import Mount, Route, WebSocketRoute
 from starlette.staticfiles import StaticFiles
 from starlette.websockets import WebSocket
 
+from . import log as logs
+from .access import UNAUTHORIZED, AccessPolicy
 from .config import Settings
-from .connection import run_session
+from .connection import Codec, run_session
 from .engines import Engines, load_engines
+from .limits import TRY_AGAIN_LATER, Refused, SessionRegistry
+from .metrics import CONTENT_TYPE, ServerMetrics
 from .protocols.native import NativeProtocol
 from .protocols.twilio import TELNYX, TWILIO, Dialect, MediaStreamsProtocol
 from .twiml import bare_host, connect_stream, is_valid_signature, stream_url
@@ -45,6 +52,9 @@ class Runtime:
         self.settings = settings
         self.engines = engines
         self.ready = asyncio.Event()
+        self.sessions = SessionRegistry(settings.max_sessions)
+        self.metrics = ServerMetrics()
+        self.access = AccessPolicy(settings.auth_token, settings.allowed_origins)
         if engines is not None:
             self.ready.set()
 
@@ -65,33 +75,64 @@ def create_app(settings: Settings, engines: Engines | None = None) -> Starlette:
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette):
         loader = None if runtime.ready.is_set() else asyncio.create_task(runtime.load())
+        lag_watch = asyncio.create_task(runtime.metrics.watch_event_loop())
         yield
+        lag_watch.cancel()
         if loader is not None:
             loader.cancel()
         if runtime.engines is not None and engines is None:
             await runtime.engines.close()
 
-    async def native(websocket: WebSocket) -> None:
-        await websocket.accept()
-        if not runtime.ready.is_set():
-            await websocket.close(1013, "models are still loading")
+    async def allowed(websocket: WebSocket, check_token: bool) -> bool:
+        """Refuse the handshake of a client the access policy does not let in (HTTP 401 or 403)."""
+        refusal = runtime.access.refusal(websocket.headers, websocket.query_params, check_token)
+        if refusal is None:
+            return True
+        runtime.metrics.refused.labels(refusal).inc()
+        log.warning("refused a WebSocket from %s: %s", websocket.client, refusal)
+        if refusal == UNAUTHORIZED:
+            response = PlainTextResponse("missing or wrong token", status_code=401)
+        else:
+            response = PlainTextResponse("origin not allowed", status_code=403)
+        await websocket.send_denial_response(response)
+        return False
+
+    async def serve(websocket: WebSocket, codec: Codec) -> None:
+        """Run a session on an accepted WebSocket, if the server can take one now."""
+        try:
+            if not runtime.ready.is_set():
+                raise Refused("loading", "models are still loading")
+            slot = runtime.sessions.open()
+        except Refused as refused:
+            runtime.metrics.refused.labels(refused.kind).inc()
+            log.warning("refused a session from %s: %s", websocket.client, refused)
+            await websocket.close(TRY_AGAIN_LATER, str(refused))
             return
-        await run_session(websocket, NativeProtocol(), runtime.engines, settings)
+        with slot:
+            await run_session(websocket, codec, runtime.engines, settings, slot, runtime.metrics)
+
+    async def native(websocket: WebSocket) -> None:
+        logs.start_session()
+        if not await allowed(websocket, check_token=True):
+            return
+        await websocket.accept()
+        await serve(websocket, NativeProtocol())
 
     async def telephony(websocket: WebSocket, dialect: Dialect) -> None:
+        logs.start_session()
+        # Phone networks cannot send our token: their streams carry telephony_token in the path instead.
+        if not await allowed(websocket, check_token=False):
+            return
         token = websocket.path_params.get("token", "")
         if settings.telephony_token and not hmac.compare_digest(token.encode(), settings.telephony_token.encode()):
             log.warning("refused a %s stream with a missing or wrong token from %s", dialect.name, websocket.client)
             await websocket.close(1008)  # before accept, so the handshake gets HTTP 403
             return
         await websocket.accept()
-        if not runtime.ready.is_set():
-            await websocket.close(1013, "models are still loading")
-            return
         codec = MediaStreamsProtocol(
             dialect, dtmf_template=settings.telephony_dtmf_template, greeting=settings.telephony_greeting
         )
-        await run_session(websocket, codec, runtime.engines, settings)
+        await serve(websocket, codec)
 
     async def twilio_stream(websocket: WebSocket) -> None:
         await telephony(websocket, TWILIO)
@@ -122,9 +163,14 @@ def create_app(settings: Settings, engines: Engines | None = None) -> Starlette:
         return PlainTextResponse("ok")
 
     async def readyz(request: Request) -> PlainTextResponse:
+        if runtime.sessions.draining:
+            return PlainTextResponse("shutting down", status_code=503)
         if runtime.ready.is_set():
             return PlainTextResponse("ready")
         return PlainTextResponse("loading", status_code=503)
+
+    async def metrics(request: Request) -> Response:
+        return Response(runtime.metrics.render(), media_type=CONTENT_TYPE)
 
     routes = [
         WebSocketRoute("/ws", native),
@@ -135,6 +181,7 @@ def create_app(settings: Settings, engines: Engines | None = None) -> Starlette:
         Route("/twilio/voice", twilio_voice, methods=["POST"]),
         Route("/healthz", healthz),
         Route("/readyz", readyz),
+        Route("/metrics", metrics),
     ]
     if WEB_DIR.is_dir():
         routes.append(Mount("/", StaticFiles(directory=WEB_DIR, html=True)))

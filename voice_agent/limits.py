@@ -1,0 +1,174 @@
+"""What one client may use, and how many clients a process takes.
+
+Pure bookkeeping: every class takes a clock, so tests drive time by hand, and
+none touches a socket. ``connection.py`` applies the per-client limits to each
+message; ``server.py`` admits sessions through :class:`SessionRegistry`, which
+also drains them on shutdown.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from typing import Callable
+
+from .config import Settings
+
+Clock = Callable[[], float]
+
+AUDIO_BURST_S = 3.0  # a network stall can deliver a few seconds of audio at once
+MESSAGE_BURST_S = 2.0
+
+GOING_AWAY = 1001
+TRY_AGAIN_LATER = 1013
+
+
+class RateLimit:
+    """A token bucket: ``rate`` units per second, at most ``burst`` saved up. A rate of 0 or less is no limit."""
+
+    def __init__(self, rate: float, burst: float, clock: Clock = time.monotonic):
+        self.rate = rate
+        self.burst = burst
+        self._clock = clock
+        self._tokens = burst
+        self._at = clock()
+
+    def take(self, amount: float) -> bool:
+        """Spend ``amount`` if the bucket holds it; otherwise spend nothing and refuse."""
+        if self.rate <= 0:
+            return True
+        now = self._clock()
+        self._tokens = min(self.burst, self._tokens + (now - self._at) * self.rate)
+        self._at = now
+        if amount > self._tokens:
+            return False
+        self._tokens -= amount
+        return True
+
+
+class Deadlines:
+    """The idle timeout (since the client's last message) and the maximum session length. 0 disables either."""
+
+    IDLE = "idle_timeout"
+    TOO_LONG = "session_time_limit"
+
+    def __init__(self, idle_s: float, max_s: float, clock: Clock = time.monotonic):
+        self._clock = clock
+        self._idle_s = idle_s if idle_s > 0 else math.inf
+        self._last = clock()
+        self._end = self._last + max_s if max_s > 0 else math.inf
+
+    def touch(self) -> None:
+        """The client sent something."""
+        self._last = self._clock()
+
+    def expired(self) -> str | None:
+        """Which deadline has passed, if any: :attr:`IDLE` or :attr:`TOO_LONG`."""
+        now = self._clock()
+        if now >= self._end:
+            return self.TOO_LONG
+        if now - self._last >= self._idle_s:
+            return self.IDLE
+        return None
+
+    def remaining(self) -> float | None:
+        """Seconds until the next deadline; None when there is none."""
+        due = min(self._end, self._last + self._idle_s)
+        return None if due == math.inf else max(0.0, due - self._clock())
+
+
+class ClientLimits:
+    """The limits on one client: audio rate, message rate, idle timeout and session length."""
+
+    def __init__(self, settings: Settings, clock: Clock = time.monotonic):
+        self.audio = RateLimit(settings.max_audio_rate, settings.max_audio_rate * AUDIO_BURST_S, clock)
+        self.messages = RateLimit(
+            settings.max_messages_per_s, settings.max_messages_per_s * MESSAGE_BURST_S, clock
+        )
+        self.deadlines = Deadlines(settings.idle_timeout_s, settings.max_session_s, clock)
+        self.report_drop = False  # the last frame refused was the first of a run: tell the client once per run
+        self._dropping = False
+
+    def admit_audio(self, seconds: float) -> bool:
+        admitted = self.audio.take(seconds)
+        self.report_drop = not admitted and not self._dropping
+        self._dropping = not admitted
+        return admitted
+
+
+class Refused(Exception):
+    """A session that may not start now. ``kind`` labels the metric; the message is the close reason."""
+
+    def __init__(self, kind: str, reason: str):
+        super().__init__(reason)
+        self.kind = kind
+
+
+class Slot:
+    """One admitted session, as the registry sees it."""
+
+    def __init__(self, registry: "SessionRegistry | None" = None):
+        self._registry = registry
+        self.answering: Callable[[], bool] = lambda: False  # set by the connection once its session exists
+        self.close_requested = asyncio.Event()
+        self.close_code = GOING_AWAY
+        self.close_reason = ""
+
+    def request_close(self, code: int, reason: str) -> None:
+        if not self.close_requested.is_set():
+            self.close_code, self.close_reason = code, reason
+            self.close_requested.set()
+
+    def release(self) -> None:
+        if self._registry is not None:
+            self._registry._release(self)
+            self._registry = None
+
+    def __enter__(self) -> "Slot":
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.release()
+
+
+class SessionRegistry:
+    """The live sessions of a process: admission up to ``maximum`` (0 is no limit), and draining on shutdown."""
+
+    def __init__(self, maximum: int, clock: Clock = time.monotonic):
+        self.maximum = maximum
+        self.draining = False
+        self._clock = clock
+        self._slots: set[Slot] = set()
+
+    @property
+    def active(self) -> int:
+        return len(self._slots)
+
+    def open(self) -> Slot:
+        """Admit a session, or raise :class:`Refused` with the reason to close it with."""
+        if self.draining:
+            raise Refused("shutting_down", "server is shutting down")
+        if self.maximum > 0 and len(self._slots) >= self.maximum:
+            raise Refused("full", "server is full")
+        slot = Slot(self)
+        self._slots.add(slot)
+        return slot
+
+    def _release(self, slot: Slot) -> None:
+        self._slots.discard(slot)
+
+    async def drain(self, grace_s: float, poll_s: float = 0.05, linger_s: float = 5.0) -> None:
+        """Refuse new sessions; close each live one with 1001 once it is not answering, or when ``grace_s`` is up.
+
+        Returns when every session has gone, or ``linger_s`` after the grace
+        period if some connection will not finish closing.
+        """
+        self.draining = True
+        deadline = self._clock() + grace_s
+        while self._slots and self._clock() < deadline + linger_s:
+            overdue = self._clock() >= deadline
+            for slot in list(self._slots):
+                if overdue or not slot.answering():
+                    slot.request_close(GOING_AWAY, "server is shutting down")
+            await asyncio.sleep(poll_s)

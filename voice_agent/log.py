@@ -1,0 +1,114 @@
+"""Process logging: a session id on every line, text or JSON, and no secrets.
+
+The session id lives in a context variable. A connection sets it once; every
+task the session starts copies the context, so lines logged on its behalf,
+by any module, carry the id without being passed it. Lines outside any session
+show ``-``.
+
+Secrets are removed from the formatted line, whoever logged it: the
+configured tokens wherever they appear, a ``token=`` query parameter, and the
+token segment of a telephony stream path (uvicorn logs every WebSocket path).
+"""
+
+from __future__ import annotations
+
+import contextvars
+import datetime
+import json
+import logging
+import re
+import sys
+import uuid
+from typing import Iterable
+
+NO_SESSION = "-"
+REDACTED = "***"
+
+_session_id: contextvars.ContextVar[str] = contextvars.ContextVar("session_id", default=NO_SESSION)
+
+_SECRET_PATTERNS = (
+    re.compile(r"(?i)([?&](?:token|access_token)=)[^&\s\"']+"),
+    # /twilio/TOKEN and /telnyx/TOKEN, not the /twilio/voice webhook.
+    re.compile(r"(/(?:twilio|telnyx)/)(?!voice(?:[\s\"'?]|$))[^/\s\"'?]+"),
+    re.compile(r"(?i)(authorization:\s*bearer\s+)\S+"),
+)
+
+TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s [%(session)s] %(message)s"
+
+
+def start_session() -> str:
+    """Give the current context (a connection's task) a fresh session id, and return it."""
+    session_id = uuid.uuid4().hex[:8]
+    _session_id.set(session_id)
+    return session_id
+
+
+def ensure_session() -> str:
+    """The current context's session id, given it one if it has none yet."""
+    session_id = _session_id.get()
+    return start_session() if session_id == NO_SESSION else session_id
+
+
+class Redactor:
+    def __init__(self, secrets: Iterable[str] = ()):
+        # Longest first, so a secret containing another is replaced whole.
+        self._secrets = sorted({s for s in secrets if s}, key=len, reverse=True)
+
+    def __call__(self, text: str) -> str:
+        for secret in self._secrets:
+            text = text.replace(secret, REDACTED)
+        for pattern in _SECRET_PATTERNS:
+            text = pattern.sub(r"\g<1>" + REDACTED, text)
+        return text
+
+
+class SessionFilter(logging.Filter):
+    """Stamps every record with the session id of the context it was logged in."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.session = _session_id.get()
+        return True
+
+
+class TextFormatter(logging.Formatter):
+    def __init__(self, redact: Redactor):
+        super().__init__(TEXT_FORMAT)
+        self._redact = redact
+
+    def format(self, record: logging.LogRecord) -> str:
+        return self._redact(super().format(record))
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object a line: time, level, logger, session, message, and the traceback if any."""
+
+    def __init__(self, redact: Redactor):
+        super().__init__()
+        self._redact = redact
+
+    def format(self, record: logging.LogRecord) -> str:
+        line = {
+            "time": datetime.datetime.fromtimestamp(record.created, datetime.timezone.utc).isoformat(
+                timespec="milliseconds"
+            ),
+            "level": record.levelname,
+            "logger": record.name,
+            "session": getattr(record, "session", NO_SESSION),
+            "message": self._redact(record.getMessage()),
+        }
+        if record.exc_info:
+            line["exception"] = self._redact(self.formatException(record.exc_info))
+        return json.dumps(line, ensure_ascii=False)
+
+
+def configure(level: str, fmt: str = "text", secrets: Iterable[str] = ()) -> None:
+    """Send every logger's records (uvicorn's too: run it with ``log_config=None``) to stderr."""
+    redact = Redactor(secrets)
+    handler = logging.StreamHandler(sys.stderr)
+    handler.addFilter(SessionFilter())
+    handler.setFormatter(JsonFormatter(redact) if fmt == "json" else TextFormatter(redact))
+    root = logging.getLogger()
+    for old in list(root.handlers):
+        root.removeHandler(old)
+    root.addHandler(handler)
+    root.setLevel(level.upper())

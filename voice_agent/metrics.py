@@ -1,0 +1,123 @@
+"""Prometheus metrics of one server process, served at ``GET /metrics``.
+
+Sessions are observed through the events they emit (a turn's ``Metrics``, an
+``Error``, the ``Clear`` of an interruption), so no session code knows about
+Prometheus. Each app gets its own registry: several servers in one process,
+as in tests, never mix their counts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import Iterator
+
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    ProcessCollector,
+    generate_latest,
+)
+
+from .protocols.events import Clear, Error, Metrics, OutputEvent
+
+CONTENT_TYPE = CONTENT_TYPE_LATEST
+LATENCY_BUCKETS = (0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 1.0, 1.25, 1.5, 2.0, 3.0, 5.0, 10.0)
+LAG_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
+LAG_PROBE_S = 0.25
+
+# The per-turn figures of a Metrics event that are stages of the answer, by their label.
+STAGES = {
+    "endpoint": "endpoint_ms",
+    "stt_final": "stt_final_ms",
+    "llm_ttft": "llm_ttft_ms",
+    "first_chunk": "first_chunk_ms",
+    "tts_ttfa": "tts_ttfa_ms",
+}
+
+
+class ServerMetrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        ProcessCollector(registry=r)  # process_resident_memory_bytes, CPU seconds, open fds
+        self.active_sessions = Gauge("voice_agent_active_sessions", "Sessions connected now.", registry=r)
+        self.sessions = Counter("voice_agent_sessions", "Sessions started.", registry=r)
+        self.refused = Counter(
+            "voice_agent_refused_connections",
+            "WebSocket connections refused, by reason.",
+            ["reason"],
+            registry=r,
+        )
+        self.turns = Counter("voice_agent_turns", "Turns answered (the agent started speaking).", registry=r)
+        self.voice_to_voice = Histogram(
+            "voice_agent_voice_to_voice_seconds",
+            "From the end of the user's speech to the agent's first audio, measured at the server.",
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.stages = Histogram(
+            "voice_agent_stage_seconds",
+            "Per-turn stage latency: endpoint (turn detection), stt_final, llm_ttft, first_chunk, tts_ttfa.",
+            ["stage"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.barge_ins = Counter(
+            "voice_agent_barge_ins",
+            "Answers the user interrupted (by speech or typed text) after the agent began speaking.",
+            registry=r,
+        )
+        self.errors = Counter(
+            "voice_agent_errors",
+            "Errors by code: those reported to clients, and connections closed for cause.",
+            ["code"],
+            registry=r,
+        )
+        self.loop_lag = Histogram(
+            "voice_agent_event_loop_lag_seconds",
+            f"How late the event loop ran a {LAG_PROBE_S} s timer: time the loop was blocked or saturated.",
+            buckets=LAG_BUCKETS,
+            registry=r,
+        )
+
+    @contextlib.contextmanager
+    def session(self) -> Iterator[None]:
+        """Count a session for as long as it lives."""
+        self.sessions.inc()
+        self.active_sessions.inc()
+        try:
+            yield
+        finally:
+            self.active_sessions.dec()
+
+    def observe(self, event: OutputEvent) -> None:
+        """Take what counts from an event a session emits."""
+        if isinstance(event, Metrics):
+            self._observe_turn(event.values)
+        elif isinstance(event, Error):
+            self.errors.labels(event.code).inc()
+        elif isinstance(event, Clear):
+            self.barge_ins.inc()
+
+    def _observe_turn(self, values: dict) -> None:
+        self.turns.inc()
+        if (v2v := values.get("voice_to_voice_ms")) is not None:
+            self.voice_to_voice.observe(v2v / 1000.0)
+        for stage, key in STAGES.items():
+            if (ms := values.get(key)) is not None:
+                self.stages.labels(stage).observe(ms / 1000.0)
+
+    async def watch_event_loop(self) -> None:
+        """Measure event-loop lag until cancelled."""
+        loop = asyncio.get_running_loop()
+        while True:
+            started = loop.time()
+            await asyncio.sleep(LAG_PROBE_S)
+            self.loop_lag.observe(max(0.0, loop.time() - started - LAG_PROBE_S))
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

@@ -1,0 +1,62 @@
+"""Graceful shutdown: uvicorn's server, with a drain before its own shutdown.
+
+uvicorn, on SIGTERM, closes every WebSocket at once with 1012. A voice agent
+should rather let each caller hear the end of the answer being spoken. So the
+first SIGTERM (or Ctrl-C) here stops listening, lets every session finish its
+current answer within the grace period, closes it with 1001 (going away),
+and only then hands over to uvicorn's shutdown, which finds nothing left to
+close. The process exits 0. A second signal skips the wait: uvicorn's own
+handling, immediate.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import logging
+import signal
+from types import FrameType
+
+import uvicorn
+
+from .limits import SessionRegistry
+
+log = logging.getLogger(__name__)
+
+
+class GracefulServer(uvicorn.Server):
+    def __init__(self, config: uvicorn.Config, sessions: SessionRegistry, grace_s: float):
+        super().__init__(config)
+        self._sessions = sessions
+        self._grace_s = grace_s
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._draining = False
+        self._drain: asyncio.Task | None = None
+
+    async def serve(self, sockets=None) -> None:
+        self._loop = asyncio.get_running_loop()
+        await super().serve(sockets)
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        if self._draining or self._loop is None or sig not in (signal.SIGTERM, signal.SIGINT):
+            super().handle_exit(sig, frame)
+            return
+        # A signal handler runs between two bytecodes of the loop's thread: schedule, never await, here,
+        # and in a fresh context, not that of whichever session the signal interrupted.
+        self._loop.call_soon_threadsafe(self._start_drain, context=contextvars.Context())
+        self._draining = True
+
+    def _start_drain(self) -> None:
+        self._drain = asyncio.create_task(self._drain_then_exit())
+
+    async def _drain_then_exit(self) -> None:
+        log.info(
+            "shutting down: %d live session(s) get %.0f s to finish their answer", self._sessions.active, self._grace_s
+        )
+        for server in getattr(self, "servers", []):
+            server.close()  # stop accepting; uvicorn's shutdown closes them again, harmlessly
+        try:
+            await self._sessions.drain(self._grace_s)
+        finally:
+            log.info("sessions drained; stopping")
+            self.should_exit = True

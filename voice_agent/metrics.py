@@ -13,7 +13,6 @@ import contextlib
 from typing import Iterator
 
 from prometheus_client import (
-    CONTENT_TYPE_LATEST,
     CollectorRegistry,
     Counter,
     Gauge,
@@ -24,7 +23,8 @@ from prometheus_client import (
 
 from .protocols.events import Clear, Error, Metrics, OutputEvent
 
-CONTENT_TYPE = CONTENT_TYPE_LATEST
+# The classic text format, which generate_latest writes for these names and every Prometheus version reads.
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 LATENCY_BUCKETS = (0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 1.0, 1.25, 1.5, 2.0, 3.0, 5.0, 10.0)
 LAG_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 LAG_PROBE_S = 0.25

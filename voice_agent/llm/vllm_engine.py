@@ -144,3 +144,6 @@ class VLLMBackend:
 
     async def close(self) -> None:
         self.engine.shutdown()
+        # Released now rather than at interpreter exit, where AsyncLLM.__del__
+        # would shut down again with half the modules already torn down.
+        del self.engine

@@ -2,6 +2,15 @@
 // worklets in worklets.js. Knows nothing about the connection.
 
 export const WIRE_RATE = 16000;
+const FRAME_SAMPLES = 320;
+
+// Chromium's echo canceller needs a few seconds of agent speech to learn the
+// echo path; until then the start of each reply leaks into the microphone
+// for a few hundred ms, which can be enough for a barge-in on itself. While
+// it is still learning, the first GUARD_MS of each reply's playback are sent
+// as silence. See docs/web.md, "Echo".
+const ECHO_LEARNING_MS = 3000;
+const GUARD_MS = 600;
 
 const MIC_CONSTRAINTS = {
   echoCancellation: true,
@@ -22,14 +31,18 @@ export class AudioPipeline {
   // onMark(name) once the audio before a server mark has played;
   // onPlayback({state, playedMs, queuedMs}) when playback starts, stops or progresses.
   //
-  // Playback goes through an <audio> element fed by a MediaStream rather than
-  // straight to the context's destination: see docs/web.md, "Echo".
+  // Playback goes through an <audio> element fed by a MediaStream by default,
+  // the route the issue suggested for echo cancellation; "context" plays
+  // straight to the AudioContext's destination (docs/web.md compares them).
   constructor({ onFrame, onMark, onPlayback, route = "element" }) {
     this.onFrame = onFrame;
     this.onMark = onMark;
     this.onPlayback = onPlayback;
     this.route = route;
     this.context = null;
+    this.playing = false;
+    this.playedMs = 0;
+    this.guardUntil = 0;
   }
 
   // Must be called from a user gesture (a click): browsers only let audio
@@ -52,13 +65,16 @@ export class AudioPipeline {
 
     this.source = this.context.createMediaStreamSource(this.stream);
     this.capture = new AudioWorkletNode(this.context, "capture", { numberOfOutputs: 0, channelCount: 1, channelCountMode: "explicit" });
-    this.capture.port.onmessage = ({ data }) => this.onFrame(data.frame, data.peak);
+    this.capture.port.onmessage = ({ data }) => {
+      if (performance.now() < this.guardUntil) this.onFrame(new Int16Array(FRAME_SAMPLES).buffer, 0);
+      else this.onFrame(data.frame, data.peak);
+    };
     this.source.connect(this.capture);
 
     this.playback = new AudioWorkletNode(this.context, "playback", { numberOfInputs: 0, outputChannelCount: [1] });
     this.playback.port.onmessage = ({ data }) => {
       if (data.mark !== undefined) this.onMark(data.mark);
-      else this.onPlayback(data);
+      else this.playbackChanged(data);
     };
     if (this.route === "element") {
       const sink = this.context.createMediaStreamDestination();
@@ -69,6 +85,16 @@ export class AudioPipeline {
     } else {
       this.playback.connect(this.context.destination);
     }
+  }
+
+  playbackChanged(data) {
+    const starting = data.state === "playing" && !this.playing;
+    if (starting && this.playedMs < ECHO_LEARNING_MS && this.micSettings().echoCancellation) {
+      this.guardUntil = performance.now() + GUARD_MS;
+    }
+    this.playing = data.state === "playing";
+    this.playedMs = data.playedMs;
+    this.onPlayback(data);
   }
 
   // What the browser actually applied, e.g. {echoCancellation: true, sampleRate: 48000}.

@@ -1,4 +1,8 @@
-"""A small native-protocol client for end-to-end tests."""
+"""A small native-protocol client for end-to-end tests, over the replay client's transport.
+
+It keeps every message as it came (a dict for JSON, bytes for audio) with its
+arrival time, so tests can assert on the wire format itself.
+"""
 
 from __future__ import annotations
 
@@ -9,11 +13,10 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import numpy as np
-import websockets
 
-from voice_agent.audio import float_to_pcm16
+from voice_agent.replay.transport import FRAME_S, Connection, NativeClientCodec, stream
 
-FRAME_S = 0.02
+__all__ = ["FRAME_S", "NativeClient", "Received"]
 
 
 @dataclass
@@ -24,35 +27,30 @@ class Received:
 
 @dataclass
 class NativeClient:
-    ws: Any
+    connection: Connection
     rate: int = 16000
     received: list[Received] = field(default_factory=list)
     _reader: asyncio.Task | None = None
 
+    @property
+    def ws(self):
+        """The raw WebSocket, for tests that send malformed messages or drop the connection."""
+        return self.connection.websocket
+
     @classmethod
     async def connect(cls, url: str, rate: int | None = 16000) -> "NativeClient":
-        ws = await websockets.connect(url, max_size=None)
-        client = cls(ws, rate or 16000)
+        client = cls(await Connection.open(url, NativeClientCodec(), rate), rate or 16000)
         client._reader = asyncio.create_task(client._read())
-        if rate is not None:
-            await ws.send(json.dumps({"type": "start", "sample_rate": rate}))
         return client
 
     async def _read(self) -> None:
-        try:
-            async for message in self.ws:
-                value = message if isinstance(message, bytes) else json.loads(message)
-                self.received.append(Received(time.monotonic(), value))
-        except websockets.ConnectionClosed:
-            pass
+        while (item := await self.connection.receive()) is not None:
+            at, message = item
+            self.received.append(Received(at, message if isinstance(message, bytes) else json.loads(message)))
 
     async def stream(self, audio: np.ndarray) -> float:
         """Send ``audio`` in 20 ms frames at real-time pace; returns when the last frame was sent."""
-        frame = int(self.rate * FRAME_S)
-        started = time.monotonic()
-        for index, start in enumerate(range(0, len(audio), frame)):
-            await self.ws.send(float_to_pcm16(audio[start : start + frame]))
-            await asyncio.sleep(max(0.0, started + (index + 1) * FRAME_S - time.monotonic()))
+        await stream(self.connection, audio, self.rate)
         return time.monotonic()
 
     def json(self, kind: str | None = None) -> list[dict]:
@@ -73,6 +71,6 @@ class NativeClient:
         raise TimeoutError(f"no matching message; got {self.json()}")
 
     async def close(self) -> None:
-        await self.ws.close()
+        await self.connection.close()
         if self._reader is not None:
             await self._reader

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -22,6 +23,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("files", nargs="*", help="audio files, one per turn, in order (or use --script)")
     parser.add_argument("--script", help="YAML or JSON turn script (see docs/replay.md)")
     parser.add_argument("--url", default="ws://127.0.0.1:8000/ws", help="agent WebSocket URL [default %(default)s]")
+    parser.add_argument(
+        "--token",
+        default=os.environ.get("VOICE_AGENT_AUTH_TOKEN", ""),
+        help="bearer token for a server started with --auth-token [env VOICE_AGENT_AUTH_TOKEN]",
+    )
     parser.add_argument("--transport", default="native", choices=sorted(CODECS), help="wire protocol [default %(default)s]")
     parser.add_argument("--rate", type=int, default=16000, choices=SUPPORTED_RATES, help="session sample rate [default %(default)s]")
     parser.add_argument(
@@ -63,7 +69,7 @@ def main(args: argparse.Namespace) -> int:
     except ScriptError as exc:
         print(f"voice-agent replay: {exc}", file=sys.stderr)
         return EXIT_ERROR
-    options = Options(args.url, args.transport, reply_timeout_s=args.reply_timeout)
+    options = Options(args.url, args.transport, args.token, reply_timeout_s=args.reply_timeout)
     try:
         runs = asyncio.run(_replay(script, options, levels, args))
     except ConnectError as exc:
@@ -102,7 +108,7 @@ def _levels(text: str) -> list[int]:
 
 async def _replay(script, options: Options, levels: list[int], args: argparse.Namespace) -> list[dict]:
     # Fail fast and clearly when nothing listens, before any session starts.
-    probe = await Connection.open(options.url, CODECS[options.transport](), None)
+    probe = await Connection.open(options.url, CODECS[options.transport](), None, options.token)
     await probe.close()
     total = sum(levels) * args.repeats * len(script.turns)
     progress = _progress(total, args.no_progress)

@@ -29,6 +29,7 @@ POLL_S = 0.01
 class Options:
     url: str
     transport: str = "native"
+    token: str = ""  # the server's --auth-token, sent as a bearer token
     lead_in_ms: int = 500  # silence before the first turn
     tail_ms: int = 1000  # silence after the last answer
     reply_timeout_s: float = 30.0  # how long to wait for an answer before going on without one
@@ -134,7 +135,7 @@ class _Run:
 
     async def run(self) -> None:
         codec = CODECS[self.options.transport]()
-        connection = await Connection.open(self.options.url, codec, self.script.rate)
+        connection = await Connection.open(self.options.url, codec, self.script.rate, self.options.token)
         self.trace.started_at = time.monotonic()
         sender = _Sender(connection, self.script.rate)
         sending = asyncio.create_task(sender.run())

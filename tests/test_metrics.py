@@ -195,3 +195,39 @@ async def test_metrics_of_a_real_server_follow_a_spoken_turn(server, ws_url):
     assert grew("voice_agent_errors_total", (("code", "invalid_json"),)) >= 1
     assert during[("voice_agent_event_loop_lag_seconds_count", ())] > 0
     assert during[("process_resident_memory_bytes", ())] > 100e6  # the models are in there
+
+
+def test_a_session_flooding_the_log_is_cut_down_and_the_gap_is_counted():
+    now = [0.0]
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    handler.addFilter(logs.SessionFilter())
+    handler.addFilter(logs.SessionRateLimit(rate=1.0, burst=3, clock=lambda: now[0]))
+    logger = logging.getLogger("test.flood")
+    logger.propagate = False
+    logger.addHandler(handler)
+
+    async def flood() -> None:
+        logs.start_session()
+        for index in range(10):
+            logger.warning("garbage %d", index)
+        logger.error("a real failure")  # errors always get through
+        now[0] += 1.0
+        logger.warning("later")
+
+    async def quiet() -> None:
+        logs.start_session()
+        logger.warning("another session is not limited by the first")
+
+    asyncio.run(flood())
+    asyncio.run(quiet())
+    logger.warning("no session")
+    assert stream.getvalue().splitlines() == [
+        "garbage 0",
+        "garbage 1",
+        "garbage 2",
+        "a real failure",
+        "later (7 earlier line(s) of this session dropped: too many)",
+        "another session is not limited by the first",
+        "no session",
+    ]

@@ -8,6 +8,11 @@ show ``-``.
 Secrets are removed from the formatted line, whoever logged it: the
 configured tokens wherever they appear, a ``token=`` query parameter, and the
 token segment of a telephony stream path (uvicorn logs every WebSocket path).
+
+A client can make its session log a line per message (each malformed one is
+a warning), so a session's lines below ERROR are rate-limited: a flood of
+garbage must not fill the disk. The next line that gets through says how many
+were dropped.
 """
 
 from __future__ import annotations
@@ -18,8 +23,12 @@ import json
 import logging
 import re
 import sys
+import time
 import uuid
+from collections import OrderedDict
 from typing import Iterable
+
+from .limits import RateLimit
 
 NO_SESSION = "-"
 REDACTED = "***"
@@ -32,6 +41,10 @@ _SECRET_PATTERNS = (
     re.compile(r"(/(?:twilio|telnyx)/)(?!voice(?:[\s\"'?]|$))[^/\s\"'?]+"),
     re.compile(r"(?i)(authorization:\s*bearer\s+)\S+"),
 )
+
+SESSION_LINES_PER_S = 5.0
+SESSION_LINES_BURST = 50
+TRACKED_SESSIONS = 10_000  # the least recently logging ones are forgotten
 
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s [%(session)s] %(message)s"
 
@@ -70,6 +83,30 @@ class SessionFilter(logging.Filter):
         return True
 
 
+class SessionRateLimit(logging.Filter):
+    """Drops a session's lines below ERROR past a rate; the next line through counts what was dropped."""
+
+    def __init__(self, rate: float = SESSION_LINES_PER_S, burst: float = SESSION_LINES_BURST, clock=time.monotonic):
+        super().__init__()
+        self._rate, self._burst, self._clock = rate, burst, clock
+        self._sessions: OrderedDict[str, tuple[RateLimit, int]] = OrderedDict()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        session = getattr(record, "session", NO_SESSION)
+        if session == NO_SESSION or record.levelno >= logging.ERROR:
+            return True
+        limit, dropped = self._sessions.pop(session, None) or (RateLimit(self._rate, self._burst, self._clock), 0)
+        allowed = limit.take(1)
+        if allowed and dropped:
+            record.msg = f"{record.getMessage()} ({dropped} earlier line(s) of this session dropped: too many)"
+            record.args = None
+            dropped = 0
+        self._sessions[session] = (limit, dropped if allowed else dropped + 1)
+        if len(self._sessions) > TRACKED_SESSIONS:
+            self._sessions.popitem(last=False)
+        return allowed
+
+
 class TextFormatter(logging.Formatter):
     def __init__(self, redact: Redactor):
         super().__init__(TEXT_FORMAT)
@@ -106,6 +143,7 @@ def configure(level: str, fmt: str = "text", secrets: Iterable[str] = ()) -> Non
     redact = Redactor(secrets)
     handler = logging.StreamHandler(sys.stderr)
     handler.addFilter(SessionFilter())
+    handler.addFilter(SessionRateLimit())
     handler.setFormatter(JsonFormatter(redact) if fmt == "json" else TextFormatter(redact))
     root = logging.getLogger()
     for old in list(root.handlers):

@@ -1,0 +1,365 @@
+"""The load, garbage-flood and soak test behind scripts/load: see docs/operations.md.
+
+One `voice-agent serve` with the embedded defaults on a free loopback port,
+then three phases against it, each bounded in time and count:
+
+1. ramp: the benchmark conversation (scripts/bench_turns) replayed at
+   increasing concurrency, until the median client voice-to-voice passes 1 s
+   (that level is the answer) or the levels run out;
+2. flood: one replayed session alone, then beside a client that sends nothing
+   but malformed messages (and now and then a frame over the size limit or
+   text that is not UTF-8, which get it closed, so it reconnects); repeated,
+   and the medians compared (the bar: at most 20 % slower);
+3. soak: a few sessions replaying the conversation over and over for a fixed
+   time while the server's resident memory is sampled; the bar: the last
+   minute's median RSS within 10 % of the first minute's.
+
+Replays and server handling reuse scripts/bench.py. Everything lands in one
+folder: load.json, load.md (the README table) and each replay's report.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import collections
+import datetime
+import json
+import shlex
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import websockets
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import bench  # noqa: E402  (scripts/bench.py: server start, replay levels, RSS)
+
+ROOT = bench.ROOT
+V2V_KNEE_MS = 1000.0
+FLOOD_BAR = 0.20
+RSS_BAR = 0.10
+RSS_SAMPLE_S = 5.0
+RSS_WINDOW_S = 60.0
+MAX_SOAK_PASSES = 200  # bounded in count as well as time
+
+# What a misbehaving client sends: each must earn an error event and nothing else.
+GARBAGE: tuple[str | bytes, ...] = (
+    "{not json",
+    "[1, 2, 3]",
+    '"a string"',
+    "[" * 5000,
+    '{"type": "no-such-type"}',
+    '{"type": 5}',
+    '{"type": "start", "sample_rate": NaN}',
+    '{"type": "start", "sample_rate": 1e308}',
+    '{"type": "start", "sample_rate": "16000"}',
+    '{"type": "start", "sample_rate": 44100}',
+    '{"type": "mark", "name": 123}',
+    '{"type": "text", "text": ["x"]}',
+    '{"type": "text", "text": "   "}',
+    json.dumps({"type": "text", "text": "x" * 5000}),
+    b"\x01\x02\x03",
+)
+OVERSIZED = b"\x00" * ((1 << 20) + 2)  # over the 1 MiB message limit: closed with 1009
+NOT_UTF8 = b'{"type": "text", "text": "\xff\xfe"}'  # closed with 1007
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        prog="scripts/load",
+        description="Load, garbage-flood and soak test of a local server with the default models (loopback only).",
+        epilog="Arguments after -- go to `voice-agent serve`.",
+    )
+    parser.add_argument("--levels", default="1,2,3,4,6", help="ramp concurrency levels [default %(default)s]")
+    parser.add_argument("--all-levels", action="store_true", help="go on past the level where the median passes 1 s")
+    parser.add_argument("--flood-rounds", type=int, default=2, help="baseline + flooded replays, each [default %(default)s]")
+    parser.add_argument("--flood-rate", type=float, default=150.0, help="garbage messages per second [default %(default)s]")
+    parser.add_argument("--hard-every-s", type=float, default=5.0, help="an oversized or non-UTF-8 frame this often [default %(default)s]")
+    parser.add_argument("--soak-s", type=float, default=600.0, help="soak duration in seconds; 0 skips it [default %(default)s]")
+    parser.add_argument("--soak-sessions", type=int, default=2, help="concurrent sessions in the soak [default %(default)s]")
+    parser.add_argument("--script", default=str(bench.SCRIPT), help="turn script [default scripts/bench_turns/script.yaml]")
+    parser.add_argument("--out", help="output folder [default artifacts/load/<date-time>]")
+    args, serve_args = parser.parse_known_args()
+    args.repeats = 1  # bench._run_level reads it
+    serve_args = [a for a in serve_args if a != "--"]
+    levels = [int(level) for level in args.levels.split(",")]
+    out = Path(args.out or ROOT / "artifacts" / "load" / datetime.datetime.now().strftime("%Y-%m-%d-%H%M%S"))
+    out.mkdir(parents=True, exist_ok=True)
+
+    port = bench._free_port()
+    url = f"ws://127.0.0.1:{port}/ws"
+    server_command = [sys.executable, "-m", "voice_agent", "serve", "--host", "127.0.0.1", "--port", str(port), *serve_args]
+    log = open(out / "server.log", "w")
+    print(f"starting the server: {shlex.join(server_command)}", file=sys.stderr)
+    server = subprocess.Popen(server_command, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
+    result: dict = {
+        "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "command": shlex.join(["scripts/load", *sys.argv[1:]]),
+        "server_command": shlex.join(["voice-agent", "serve", *server_command[4:]]),
+        "machine": bench._machine(),
+        "load_average_before": bench._load_average(),
+    }
+    try:
+        bench._wait_ready(f"http://127.0.0.1:{port}", server)
+        result["ramp"] = ramp(levels, args, url, out, server)
+        if args.flood_rounds > 0:
+            result["flood"] = flood(args, url, out, server)
+        if args.soak_s > 0:
+            result["soak"] = soak(args, url, out, server)
+        result["load_average_after"] = bench._load_average()
+    finally:
+        server.terminate()
+        try:
+            result["server_exit_status"] = server.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
+        log.close()
+
+    (out / "load.json").write_text(json.dumps(result, indent=2) + "\n")
+    table = markdown(result)
+    (out / "load.md").write_text(table + "\n")
+    print(table)
+    print(f"\nwritten to {out}", file=sys.stderr)
+    return 0 if passed(result) else 1
+
+
+def ramp(levels: list[int], args, url: str, out: Path, server: subprocess.Popen) -> dict:
+    results = []
+    knee = None
+    for level in levels:
+        entry = bench._run_level(level, args, url, out / "ramp", server)
+        results.append(entry)
+        p50 = _p50(entry)
+        if knee is None and (p50 is None or p50 > V2V_KNEE_MS):
+            knee = level
+            if not args.all_levels:
+                break
+    return {"levels": results, "knee_sessions": knee, "failed_runs": sum(_failed(e) for e in results)}
+
+
+def flood(args, url: str, out: Path, server: subprocess.Popen) -> dict:
+    rounds = []
+    for index in range(args.flood_rounds):
+        baseline = bench._run_level(1, args, url, out / f"flood-{index + 1}-alone", server)
+        flooder = Flooder(url, args.flood_rate, args.hard_every_s)
+        flooder.start()
+        try:
+            flooded = bench._run_level(1, args, url, out / f"flood-{index + 1}-beside-garbage", server)
+        finally:
+            flooder.stop()
+        rounds.append({"alone": baseline, "beside_garbage": flooded, "flooder": flooder.report()})
+    alone = _pooled(out, "alone", args.flood_rounds)
+    flooded = _pooled(out, "beside-garbage", args.flood_rounds)
+    increase = None if not alone or not flooded else round((flooded - alone) / alone, 3)
+    return {
+        "rounds": rounds,
+        "alone_p50_ms": alone,
+        "beside_garbage_p50_ms": flooded,
+        "increase": increase,
+        "failed_runs": sum(_failed(r["alone"]) + _failed(r["beside_garbage"]) for r in rounds),
+    }
+
+
+def soak(args, url: str, out: Path, server: subprocess.Popen) -> dict:
+    sampler = RssTrack(server.pid)
+    sampler.start()
+    passes = []
+    started = time.monotonic()
+    try:
+        while time.monotonic() - started < args.soak_s and len(passes) < MAX_SOAK_PASSES:
+            passes.append(bench._run_level(args.soak_sessions, args, url, out / "soak" / f"pass-{len(passes) + 1}", server))
+    finally:
+        sampler.stop()
+    samples = sampler.samples
+    first = [rss for at, rss in samples if at <= RSS_WINDOW_S]
+    last_start = samples[-1][0] - RSS_WINDOW_S if samples else 0
+    last = [rss for at, rss in samples if at >= last_start]
+    first_mb, last_mb = statistics.median(first), statistics.median(last)
+    return {
+        "seconds": round(time.monotonic() - started, 1),
+        "sessions": args.soak_sessions,
+        "passes": len(passes),
+        "turns": sum((p["summary"] or {}).get("turns", 0) for p in passes),
+        "failed_runs": sum(_failed(p) for p in passes),
+        "unanswered_turns": sum((p["summary"] or {}).get("unanswered", 0) for p in passes),
+        "rss_first_minute_mb": first_mb,
+        "rss_last_minute_mb": last_mb,
+        "rss_max_mb": max(rss for _, rss in samples),
+        "rss_drift": round((last_mb - first_mb) / first_mb, 4),
+        "rss_samples": samples,
+        "level_p50_ms": [_p50(p) for p in passes],
+    }
+
+
+class RssTrack(threading.Thread):
+    """(seconds since start, RSS MiB) of a process every few seconds."""
+
+    def __init__(self, pid: int):
+        super().__init__(daemon=True)
+        self.pid = pid
+        self.samples: list[tuple[float, float]] = []
+        self._stopping = threading.Event()
+        self._origin = time.monotonic()
+
+    def run(self) -> None:
+        while True:
+            rss = bench._rss_mb(self.pid, "VmRSS")
+            if rss is not None:
+                self.samples.append((round(time.monotonic() - self._origin, 1), rss))
+            if self._stopping.wait(RSS_SAMPLE_S):
+                return
+
+    def stop(self) -> None:
+        self._stopping.set()
+        self.join()
+
+
+class Flooder(threading.Thread):
+    """A client that sends only garbage, at a steady rate, reconnecting whenever it gets itself closed."""
+
+    def __init__(self, url: str, rate: float, hard_every_s: float):
+        super().__init__(daemon=True)
+        self.url, self.rate, self.hard_every_s = url, rate, hard_every_s
+        self.sent = 0
+        self.connections = 0
+        self.errors: collections.Counter[str] = collections.Counter()
+        self.closes: collections.Counter[str] = collections.Counter()
+        self.other_messages = 0
+        self._stopping = threading.Event()
+
+    def run(self) -> None:
+        asyncio.run(self._flood())
+
+    def stop(self) -> None:
+        self._stopping.set()
+        self.join(timeout=30)
+
+    def report(self) -> dict:
+        return {
+            "messages_sent": self.sent,
+            "connections": self.connections,
+            "errors_received": dict(self.errors),
+            "closed_with": dict(self.closes),
+            "other_messages_received": self.other_messages,
+        }
+
+    async def _flood(self) -> None:
+        hard = [OVERSIZED, NOT_UTF8]
+        while not self._stopping.is_set():
+            try:
+                async with websockets.connect(self.url, max_size=None) as ws:
+                    self.connections += 1
+                    reader = asyncio.create_task(self._read(ws))
+                    connected = time.monotonic()
+                    index = 0
+                    while not self._stopping.is_set() and not reader.done():
+                        if time.monotonic() - connected >= self.hard_every_s:
+                            frame = hard[self.connections % 2]
+                            await ws.send(frame, text=frame is NOT_UTF8)
+                            self.sent += 1
+                            await asyncio.wait_for(reader, 10)
+                            break
+                        await ws.send(GARBAGE[index % len(GARBAGE)])
+                        self.sent += 1
+                        index += 1
+                        await asyncio.sleep(1 / self.rate)
+                    reader.cancel()
+                    await asyncio.gather(reader, return_exceptions=True)
+            except (OSError, websockets.WebSocketException, asyncio.TimeoutError) as exc:
+                self.closes[f"{type(exc).__name__}"] += 1
+                await asyncio.sleep(0.1)
+
+    async def _read(self, ws) -> None:
+        try:
+            async for message in ws:
+                kind = json.loads(message) if isinstance(message, str) else None
+                if kind and kind.get("type") == "error":
+                    self.errors[kind["code"]] += 1
+                else:
+                    self.other_messages += 1
+        except websockets.ConnectionClosed:
+            pass
+        finally:
+            code = ws.close_code
+            self.closes[str(code)] += 1
+
+
+def _p50(entry: dict) -> float | None:
+    summary = entry.get("summary")
+    return None if summary is None else summary["voice_to_voice_ms"]["p50"]
+
+
+def _failed(entry: dict) -> int:
+    summary = entry.get("summary")
+    if summary is None:
+        return 1
+    return summary["failed_runs"]
+
+
+def _pooled(out: Path, kind: str, rounds: int) -> float | None:
+    """Median client voice-to-voice over every turn of every round of one kind."""
+    values = []
+    for index in range(rounds):
+        report = out / f"flood-{index + 1}-{kind}" / "sessions-1" / "report.json"
+        if report.exists():
+            for run in json.loads(report.read_text())["runs"]:
+                values += [t["voice_to_voice_ms"] for t in run["turns"] if t["voice_to_voice_ms"] is not None]
+    return round(statistics.median(values), 1) if values else None
+
+
+def passed(result: dict) -> bool:
+    flood_result, soak_result = result.get("flood"), result.get("soak")
+    return (
+        result["ramp"]["failed_runs"] == 0
+        and (flood_result is None or (flood_result["failed_runs"] == 0 and (flood_result["increase"] or 0) <= FLOOD_BAR))
+        and (soak_result is None or (soak_result["failed_runs"] == 0 and abs(soak_result["rss_drift"]) <= RSS_BAR))
+    )
+
+
+def markdown(result: dict) -> str:
+    machine = result["machine"]
+    lines = [
+        f"Machine: {machine['processor']}, {machine['cpus']} CPUs, {machine.get('memory_gib', '?')} GiB; "
+        f"load average before {result['load_average_before']}; {result['created']}.",
+        f"Command: `{result['command']}`",
+        "",
+        "| sessions | turns | v2v p50 | p95 | server v2v p50 | no answer | failed runs | server peak RSS |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for level in result["ramp"]["levels"]:
+        s = level["summary"]
+        if s is None:
+            lines.append(f"| {level['sessions']} | failed (exit {level['exit_status']}) | | | | | | |")
+            continue
+        lines.append(
+            f"| {level['sessions']} | {s['turns']} | {bench._ms(s['voice_to_voice_ms']['p50'])} "
+            f"| {bench._ms(s['voice_to_voice_ms']['p95'])} | {bench._ms(s['server_voice_to_voice_ms']['p50'])} "
+            f"| {s['unanswered']} | {s['failed_runs']} | {level['server_peak_rss_mb']} MiB |"
+        )
+    knee = result["ramp"]["knee_sessions"]
+    lines += ["", f"Median voice-to-voice passes 1 s at: {knee if knee else 'none of the levels run'} session(s)."]
+    if (f := result.get("flood")) is not None:
+        sent = sum(r["flooder"]["messages_sent"] for r in f["rounds"])
+        lines.append(
+            f"Garbage flood: median voice-to-voice {bench._ms(f['alone_p50_ms'])} alone, "
+            f"{bench._ms(f['beside_garbage_p50_ms'])} beside a client sending {sent} malformed messages "
+            f"({'+' if (f['increase'] or 0) >= 0 else ''}{(f['increase'] or 0) * 100:.0f} %, bar +{FLOOD_BAR * 100:.0f} %); "
+            f"failed runs {f['failed_runs']}."
+        )
+    if (s := result.get("soak")) is not None:
+        lines.append(
+            f"Soak: {s['sessions']} sessions for {s['seconds']:.0f} s, {s['turns']} turns, {s['failed_runs']} failed runs, "
+            f"{s['unanswered_turns']} unanswered; server RSS {s['rss_first_minute_mb']:.0f} MiB in the first minute, "
+            f"{s['rss_last_minute_mb']:.0f} MiB in the last ({s['rss_drift'] * 100:+.1f} %, bar ±{RSS_BAR * 100:.0f} %), "
+            f"max {s['rss_max_mb']:.0f} MiB."
+        )
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

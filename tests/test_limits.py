@@ -8,7 +8,6 @@ import time
 
 import numpy as np
 import pytest
-import websockets
 
 from tests.conftest import start_server, stop_server
 from tests.speech import silence, speech

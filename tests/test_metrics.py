@@ -6,6 +6,7 @@ import asyncio
 import io
 import json
 import logging
+import time
 import urllib.request
 
 import numpy as np
@@ -81,8 +82,6 @@ async def test_event_loop_lag_is_measured():
     metrics = ServerMetrics()
     watching = asyncio.create_task(metrics.watch_event_loop())
     await asyncio.sleep(0.05)
-    import time
-
     time.sleep(0.4)  # block the loop, as a CPU-bound bug would
     await asyncio.sleep(0.5)
     watching.cancel()

@@ -100,10 +100,8 @@ async def run_session(
     limits = ClientLimits(settings)
     log.info("session %s: connected from %s", session_id, websocket.client)
     writer = asyncio.create_task(write())
-    watches = {
-        asyncio.create_task(overflow.wait()): ClientTooSlow,
-        asyncio.create_task(slot.close_requested.wait()): None,
-    }
+    overflow_watch = asyncio.create_task(overflow.wait())
+    close_watch = asyncio.create_task(slot.close_requested.wait())
     receive: asyncio.Task | None = None
     try:
         with metrics.session():
@@ -111,7 +109,7 @@ async def run_session(
                 if receive is None:
                     receive = asyncio.create_task(websocket.receive())
                 done, _ = await asyncio.wait(
-                    {receive, writer, *watches},
+                    {receive, writer, overflow_watch, close_watch},
                     timeout=limits.deadlines.remaining(),
                     return_when=asyncio.FIRST_COMPLETED,
                 )
@@ -121,9 +119,9 @@ async def run_session(
                         return
                     _take(message, codec, session, limits, emit)
                     continue
-                for watch in done & watches.keys():
-                    if watches[watch] is ClientTooSlow:
-                        raise ClientTooSlow()
+                if overflow_watch in done:
+                    raise ClientTooSlow()
+                if close_watch in done:
                     raise Closing(slot.close_code, slot.close_reason)
                 if writer in done:
                     writer.result()  # raises the writer's error
@@ -147,7 +145,7 @@ async def run_session(
         metrics.errors.labels("internal_error").inc()
         await _close(websocket, INTERNAL_ERROR, "internal error")
     finally:
-        tasks = [writer, *watches] + ([receive] if receive is not None else [])
+        tasks = [writer, overflow_watch, close_watch] + ([receive] if receive is not None else [])
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)

@@ -25,7 +25,7 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from conftest import ARTIFACTS, ROOT
+from conftest import ARTIFACTS, ROOT, start_server, stop_server
 from speech import silence, speech
 
 pytestmark = pytest.mark.e2e
@@ -245,3 +245,24 @@ def test_dropped_connection_reconnects(server, chromium, playwright, question_wa
         browser.close()
     assert len(connections) == 2
     assert traffic.sent("start") and all(m == {"type": "start", "sample_rate": 16000} for m in traffic.sent("start"))
+
+
+def test_auth_token_goes_from_the_page_url_to_the_websocket(chromium, playwright, question_wav):
+    from playwright.sync_api import expect
+
+    process, base_url, log_file = start_server(env={"VOICE_AGENT_AUTH_TOKEN": "browser-secret"})
+    browser = launch(playwright, chromium, *fake_microphone(question_wav))
+    try:
+        refused = browser.new_page()
+        refused.goto(base_url + "/")
+        refused.click("#start")
+        expect(refused.locator("#notice")).to_have_text(re.compile(r"The server refused the connection: open this page with the right \?token="))
+        expect(refused.locator("#status")).to_have_text("Connection refused")
+
+        admitted = browser.new_page()
+        admitted.goto(base_url + "/?token=browser-secret")
+        admitted.click("#start")
+        expect(admitted.locator("#status")).to_have_text("Connected · listening")
+    finally:
+        browser.close()
+        stop_server(process, log_file)

@@ -31,6 +31,8 @@ const ui = {
 const params = new URLSearchParams(location.search);
 const wsUrl = new URL("ws", location.href);
 wsUrl.protocol = location.protocol === "https:" ? "wss:" : "ws:";
+// A server started with --auth-token wants it on the WebSocket: open the page as /?token=...
+if (params.get("token")) wsUrl.searchParams.set("token", params.get("token"));
 
 let audio = null;
 let connection = null;
@@ -118,7 +120,7 @@ function sendFrame(pcm16, peak) {
 
 // Connection state.
 
-function showConnection({ state, reason, retryInMs }) {
+function showConnection({ state, reason, detail, retryInMs }) {
   if (!running) return;
   const host = location.host;
   if (state === "connecting") {
@@ -129,18 +131,32 @@ function showConnection({ state, reason, retryInMs }) {
   } else if (state === "retrying") {
     const seconds = Math.max(1, Math.round(retryInMs / 1000));
     const again = `Trying again in ${seconds} s…`;
-    if (reason === "loading") {
-      setStatus("connecting", "Server loading");
-      showNotice("info", `The server is still loading its models. ${again}`);
+    const why = detail ? ` (${detail})` : "";
+    if (reason === "busy") {
+      setStatus("connecting", "Server busy");
+      showNotice("info", `The server cannot take the conversation yet${why}. ${again}`);
     } else if (reason === "dropped") {
       setStatus("error", "Reconnecting");
-      showNotice("error", `The connection to the server dropped. ${again}`);
+      showNotice("error", `The connection to the server dropped${why}. ${again}`);
       resetPlayback();
     } else {
       setStatus("error", "Server unreachable");
       showNotice("error", `Cannot reach the server at ${host}. Is voice-agent serve running? ${again}`);
+      explainRefusal(again);
     }
   }
+}
+
+// A browser is not told why a WebSocket handshake failed. If the server
+// answers HTTP, it is there and refused us: the token or this page's origin.
+function explainRefusal(again) {
+  fetch("readyz", { cache: "no-store" })
+    .then((response) => {
+      if (!response.ok || !running || connection?.isOpen) return;
+      setStatus("error", "Connection refused");
+      showNotice("error", `The server refused the connection: open this page with the right ?token=..., or allow its origin on the server. ${again}`);
+    })
+    .catch(() => {});
 }
 
 function setStatus(state, text) {

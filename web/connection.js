@@ -4,12 +4,12 @@
 
 const BACKOFF_FIRST_MS = 500;
 const BACKOFF_MAX_MS = 10000;
-const MODELS_LOADING = 1013; // the server's "try again later" while it loads its models
+const TRY_AGAIN_LATER = 1013; // the server is loading its models, full, or shutting down
 
 export class Connection {
-  // onStatus({state, reason, retryInMs}): state is "connecting", "open",
-  // "retrying" or "closed"; reason says why it is retrying: "unreachable",
-  // "dropped" or "loading".
+  // onStatus({state, reason, detail, retryInMs}): state is "connecting",
+  // "open", "retrying" or "closed"; reason says why it is retrying:
+  // "unreachable", "dropped" or "busy"; detail is the server's close reason.
   // onOpen() after each (re)connection, before any message;
   // onMessage(object) for JSON, onAudio(ArrayBuffer) for PCM16.
   constructor(url, { onStatus, onOpen, onMessage, onAudio }) {
@@ -62,17 +62,17 @@ export class Connection {
       this.socket = null;
       if (!this.wanted) return;
       let reason = opened ? "dropped" : "unreachable";
-      if (event.code === MODELS_LOADING) reason = "loading";
+      if (event.code === TRY_AGAIN_LATER) reason = "busy";
       else if (opened) this.attempt = 0; // a connection that worked starts the backoff afresh
-      this.retry(reason);
+      this.retry(reason, event.reason);
     };
     this.socket = socket;
   }
 
-  retry(reason) {
+  retry(reason, detail) {
     const delay = Math.min(BACKOFF_MAX_MS, BACKOFF_FIRST_MS * 2 ** this.attempt) * (0.8 + 0.4 * Math.random());
     this.attempt++;
-    this.onStatus({ state: "retrying", reason, retryInMs: delay });
+    this.onStatus({ state: "retrying", reason, detail, retryInMs: delay });
     this.timer = setTimeout(() => this.connect(), delay);
   }
 

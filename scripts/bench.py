@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "bench_turns" / "script.yaml"
 READY_TIMEOUT_S = 300
 LEVEL_TIMEOUT_S = 1800  # one level may take long on a slow machine, but never forever
-RSS_SAMPLE_S = 0.25
+SAMPLE_S = 0.25
 
 
 def main() -> int:
@@ -94,7 +94,7 @@ def _run_level(level: int, args, url: str, out: Path, server: subprocess.Popen) 
         "--sessions", str(level), "-n", str(args.repeats), "--out", str(level_out),
     ]
     print(f"\n== {level} concurrent session(s) ==", file=sys.stderr)
-    sampler = _RssSampler(server.pid)
+    sampler = _ServerSampler(server.pid, url.replace("ws://", "http://").replace("/ws", "/healthz"))
     sampler.start()
     started = time.monotonic()
     try:
@@ -110,25 +110,42 @@ def _run_level(level: int, args, url: str, out: Path, server: subprocess.Popen) 
         "exit_status": status,
         "seconds": round(time.monotonic() - started, 1),
         "server_peak_rss_mb": sampler.peak_mb,
+        "server_loop_lag_ms": sampler.lag_ms(),
         "report": str(report_path.relative_to(out)),
         "summary": summary,
     }
 
 
-class _RssSampler(threading.Thread):
-    """The server's largest resident set while a level runs, sampled from /proc."""
+class _ServerSampler(threading.Thread):
+    """While a level runs: the server's largest resident set, from /proc, and how
+    long /healthz takes to answer. /healthz does no work, so its time is the
+    server's event-loop lag, which its own latency metrics cannot see: they are
+    stamped when the loop gets to a frame, not when the frame arrived."""
 
-    def __init__(self, pid: int):
+    def __init__(self, pid: int, healthz: str):
         super().__init__(daemon=True)
         self.pid = pid
+        self.healthz = healthz
         self.peak_mb: float | None = None
+        self.lags: list[float] = []
         self._stopping = threading.Event()
 
     def run(self) -> None:
-        while not self._stopping.wait(RSS_SAMPLE_S):
+        while not self._stopping.wait(SAMPLE_S):
             rss = _rss_mb(self.pid, "VmRSS")
             if rss is not None:
                 self.peak_mb = max(self.peak_mb or 0.0, rss)
+            started = time.monotonic()
+            try:
+                with urllib.request.urlopen(self.healthz, timeout=30):
+                    self.lags.append((time.monotonic() - started) * 1000)
+            except OSError:
+                pass
+
+    def lag_ms(self) -> dict:
+        from voice_agent.replay.measure import distribution
+
+        return distribution(self.lags)
 
     def stop(self) -> None:
         self._stopping.set()
@@ -194,20 +211,20 @@ def _markdown(bench: dict) -> str:
         f"Python {machine['python']}; {bench['created']}.",
         f"Command: `{bench['command']}`",
         "",
-        "| sessions | turns | voice-to-voice p50 | p95 | max | server v2v p50 | client − server p50 | final transcript p50 | barge-in stop p50 | no answer | server peak RSS |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| sessions | turns | voice-to-voice p50 | p95 | max | server v2v p50 | client − server p50 | final transcript p50 | barge-in stop p50 | no answer | server peak RSS | /healthz p95 |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for level in bench["levels"]:
         s = level["summary"]
         if s is None:
-            lines.append(f"| {level['sessions']} | failed (exit {level['exit_status']}) | | | | | | | | | |")
+            lines.append(f"| {level['sessions']} | failed (exit {level['exit_status']}) | | | | | | | | | | |")
             continue
         v2v = s["voice_to_voice_ms"]
         lines.append(
             f"| {level['sessions']} | {s['turns']} | {_ms(v2v['p50'])} | {_ms(v2v['p95'])} | {_ms(v2v['max'])} "
             f"| {_ms(s['server_voice_to_voice_ms']['p50'])} | {_ms(s['client_minus_server_ms']['p50'])} "
             f"| {_ms(s['final_transcript_ms']['p50'])} | {_ms(s['barge_in_stop_ms']['p50'])} | {s['unanswered']} "
-            f"| {level['server_peak_rss_mb']} MiB |"
+            f"| {level['server_peak_rss_mb']} MiB | {_ms(level['server_loop_lag_ms']['p95'])} |"
         )
     return "\n".join(lines)
 

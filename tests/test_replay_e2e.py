@@ -38,15 +38,15 @@ def test_replay_two_turns_against_a_real_server(ws_url, tmp_path):
 turns:
   - file: {TURNS / "menu.flac"}
     expect: Tell me about your menu. What do you recommend for dinner and dessert?
-  - file: {TURNS / "thanks_bye.flac"}
-    start: barge-in:600
-    expect: Thank you, goodbye.
+  - file: {TURNS / "make_it_five.flac"}
+    start: barge-in:100
+    expect: Sorry, make that five people, not four.
 """
     )
     out = tmp_path / "out"
     result = subprocess.run(
         [sys.executable, "-m", "voice_agent", "replay", "--url", ws_url, "--script", str(script), "--out", str(out),
-         "--reply-timeout", "25", "--max-p50-ms", "1", "--no-progress"],
+         "--reply-timeout", "45", "--max-p50-ms", "1", "--no-progress"],
         capture_output=True, text=True, timeout=240, cwd=ROOT,
     )
     # A 1 ms budget cannot be met: the exit status says so, and the report is still complete.
@@ -73,10 +73,10 @@ turns:
         assert turn["wer"] < 0.5, turn
     # The second turn interrupted the first answer: the agent stopped and said so with `clear`.
     assert second["barge_in_cleared"] is True
-    assert 0 < second["barge_in_stop_ms"] < 2000
+    assert 0 < second["barge_in_stop_ms"] < 5000
     assert second["agent_spoke_during_turn"] is True
     summary = report["summary"]["1"]
-    assert {"runs", "failed_runs", "turns", "unanswered", "agent_spoke_during_turn", "wer_mean"} | FIGURES == set(summary)
+    assert {"runs", "failed_runs", "turns", "unanswered", "agent_spoke_during_turn", "barge_ins_cleared", "wer_mean"} | FIGURES == set(summary)
     assert summary["voice_to_voice_ms"]["n"] == 2 and summary["unanswered"] == 0
     for picture in (run["timeline"], report["histogram"]):
         assert (out / picture).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

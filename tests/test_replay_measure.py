@@ -283,7 +283,7 @@ def test_client_codec_reads_what_the_server_codec_writes():
 
 
 def test_thresholds():
-    turn = {"voice_to_voice_ms": 900.0, "wer": 0.1, "agent_spoke_during_turn": False, "start": "after-reply:800",
+    turn = {"voice_to_voice_ms": 900.0, "wer": 0.1, "agent_spoke_during_turn": False, "start": "after-reply:800", "barge_in_cleared": None,
             **{k: None for k in ("server_voice_to_voice_ms", "client_minus_server_ms", "first_transcript_ms", "final_transcript_ms", "barge_in_stop_ms")}}
     runs = [{"concurrency": 1, "failure": None, "turns": [turn, {**turn, "voice_to_voice_ms": 1100.0}]}]
     summary = summarise(runs)

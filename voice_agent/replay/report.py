@@ -63,6 +63,8 @@ def summarise(runs: Sequence[dict]) -> dict:
             "agent_spoke_during_turn": sum(
                 1 for turn in turns if turn["agent_spoke_during_turn"] and not turn["start"].startswith("barge-in")
             ),
+            # Barge-ins the agent answered with `clear`; the others found an answer ending anyway.
+            "barge_ins_cleared": sum(1 for turn in turns if turn["barge_in_cleared"]),
             **{key: distribution([turn[key] for turn in turns]) for key, _ in FIGURES},
             "wer_mean": round(sum(wers) / len(wers), 3) if wers else None,
         }

@@ -124,8 +124,8 @@ def prefix_cache_hits() -> float:
 
 async def test_the_next_turn_reuses_the_cached_prefix(backend, monkeypatch):
     monkeypatch.setattr(backend, "max_tokens", 16)  # only the prompt matters here
-    # A system prompt and history long enough to fill whole KV cache blocks.
-    history = [{"role": "system", "content": "You are a helpful assistant. " * 80}]
+    # A system prompt and history that fill whole KV cache blocks (128 tokens on CPU).
+    history = [{"role": "system", "content": "You are a helpful assistant. " * 40}]
     history += [{"role": "user", "content": "Hello there."}, {"role": "assistant", "content": "Hi! How can I help?"}]
     async for _ in backend.stream_chat(history + [{"role": "user", "content": "What is two plus two?"}]):
         pass
@@ -133,4 +133,4 @@ async def test_the_next_turn_reuses_the_cached_prefix(backend, monkeypatch):
     async for _ in backend.stream_chat(history + [{"role": "user", "content": "And three plus three?"}]):
         pass
     await asyncio.sleep(0.5)  # stats arrive with the engine's outputs
-    assert prefix_cache_hits() - hits >= 256
+    assert prefix_cache_hits() - hits >= 128

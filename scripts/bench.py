@@ -11,6 +11,7 @@ the replay's report.json, timelines and histogram.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import json
 import os
@@ -23,6 +24,7 @@ import threading
 import time
 import urllib.request
 from pathlib import Path
+from typing import Iterator
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "bench_turns" / "script.yaml"
@@ -47,32 +49,17 @@ def main() -> int:
     out = Path(args.out or ROOT / "artifacts" / "bench" / datetime.datetime.now().strftime("%Y-%m-%d-%H%M%S"))
     out.mkdir(parents=True, exist_ok=True)
 
-    port = _free_port()
-    url = f"ws://127.0.0.1:{port}/ws"
-    server_command = [sys.executable, "-m", "voice_agent", "serve", "--host", "127.0.0.1", "--port", str(port), *serve_args]
-    log = open(out / "server.log", "w")
-    print(f"starting the server: {shlex.join(server_command)}", file=sys.stderr)
-    server = subprocess.Popen(server_command, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
     results = []
-    try:
-        _wait_ready(f"http://127.0.0.1:{port}", server)
+    with local_server(serve_args, out / "server.log") as (server, url):
         idle_rss = _rss_mb(server.pid, "VmRSS")
         for level in levels:
             results.append(_run_level(level, args, url, out, server))
         peak_rss = _rss_mb(server.pid, "VmHWM")
-    finally:
-        server.terminate()
-        try:
-            server.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait()
-        log.close()
 
     bench = {
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "command": shlex.join(["scripts/bench", *sys.argv[1:]]),
-        "server_command": shlex.join(["voice-agent", "serve", *server_command[4:]]),
+        "server_command": shlex.join(["voice-agent", "serve", *server.args[4:]]),
         "machine": _machine(),
         "load_average_before": _load_average(),
         "server_idle_rss_mb": idle_rss,
@@ -162,6 +149,29 @@ def _rss_mb(pid: int, field: str) -> float | None:
     except OSError:
         pass
     return None
+
+
+@contextlib.contextmanager
+def local_server(serve_args: list[str], log_path: Path) -> Iterator[tuple[subprocess.Popen, str]]:
+    """`voice-agent serve` on a free loopback port, ready, until the block ends: (process, WebSocket URL).
+
+    The server's output goes to ``log_path``; it is stopped in every case.
+    """
+    port = _free_port()
+    command = [sys.executable, "-m", "voice_agent", "serve", "--host", "127.0.0.1", "--port", str(port), *serve_args]
+    print(f"starting the server: {shlex.join(command)}", file=sys.stderr)
+    with open(log_path, "w") as log:
+        server = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
+        try:
+            _wait_ready(f"http://127.0.0.1:{port}", server)
+            yield server, f"ws://127.0.0.1:{port}/ws"
+        finally:
+            server.terminate()
+            try:
+                server.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                server.kill()
+                server.wait()
 
 
 def _free_port() -> int:

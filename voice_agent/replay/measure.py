@@ -48,24 +48,30 @@ def levels_db(samples: np.ndarray, window: int) -> np.ndarray:
 def speech_bounds(samples: np.ndarray, rate: int) -> SpeechBounds | None:
     """Where speech starts and ends in a recording, or None if it holds none.
 
+    Pauses inside the speech do not matter: only the first and the last burst
+    of :func:`speech_bursts` count.
+    """
+    bursts = speech_bursts(samples, rate)
+    if not bursts:
+        return None
+    return SpeechBounds(bursts[0].start, bursts[-1].end)
+
+
+def speech_bursts(samples: np.ndarray, rate: int) -> list[SpeechBounds]:
+    """Each stretch of speech in a recording, in order; the gaps are pauses.
+
     The threshold adapts to the recording: above its noise floor (the 5th
     percentile window level) by a margin, capped below its peak, and never
     below an absolute silence floor, so both digital silence and a noisy room
-    recording work. Pauses inside the speech do not matter: only the first and
-    the last burst count.
+    recording work.
     """
     window = rate * ANALYSIS_MS // 1000
     db = levels_db(samples, window)
     if not len(db):
-        return None
+        return []
     threshold = max(SILENCE_FLOOR_DB, min(np.percentile(db, 5) + NOISE_MARGIN_DB, db.max() - PEAK_RANGE_DB))
-    loud = db > threshold
-    bursts = _runs(loud)
     min_windows = MIN_BURST_MS // ANALYSIS_MS
-    bursts = [(a, b) for a, b in bursts if b - a >= min_windows]
-    if not bursts:
-        return None
-    return SpeechBounds(bursts[0][0] * window, bursts[-1][1] * window)
+    return [SpeechBounds(a * window, b * window) for a, b in _runs(db > threshold) if b - a >= min_windows]
 
 
 def _runs(mask: np.ndarray) -> list[tuple[int, int]]:

@@ -42,10 +42,11 @@ class FakeSTT:
     def __init__(self):
         self.calls = 0
         self.text: str | None = None  # what it hears, instead of "word" per 100 ms of tone
+        self.delay = 0.01
 
     async def transcribe(self, audio):
         self.calls += 1
-        await asyncio.sleep(0.01)
+        await asyncio.sleep(self.delay)
         if self.text is not None:
             return self.text
         # One word per 100 ms of tone, so merged turns get longer transcripts.
@@ -372,3 +373,66 @@ async def test_long_speech_over_the_agent_interrupts_whatever_the_words():
 )
 def test_what_counts_as_an_acknowledgement(text, acknowledgement):
     assert Harness().session._is_backchannel(text) is acknowledgement
+
+
+async def test_the_agent_falls_silent_while_it_checks_an_interruption():
+    h = Harness(answer=" ".join(f"w{i}." for i in range(60)), barge_in_min_speech_ms=200, barge_in_force_ms=5000)
+    await h.feed(tone(0.5), realtime=False)
+    await h.feed(quiet(0.3))
+    await h.until(lambda: h.of(AgentAudio))
+    h.stt.delay = 0.5  # a slow check
+    h.stt.text = "Yeah."
+    await h.feed(tone(0.3))
+    frames = len(h.of(AgentAudio))
+    await asyncio.sleep(0.3)
+    assert len(h.of(AgentAudio)) == frames  # paused while checking
+    await h.until(lambda: len(h.of(AgentAudio)) > frames, timeout=2)  # "yeah": it goes on
+    assert h.of(Clear) == []
+    await h.session.close()
+
+
+async def test_an_interruption_that_ends_during_the_check_is_answered():
+    h = Harness(answer=" ".join(f"w{i}." for i in range(60)), barge_in_min_speech_ms=200, barge_in_force_ms=5000)
+    await h.feed(tone(0.5), realtime=False)
+    await h.feed(quiet(0.3))
+    await h.until(lambda: h.of(AgentAudio))
+    h.stt.delay = 0.6  # the check ends after the turn does
+    h.stt.text = "What about tomorrow?"
+    await h.feed(tone(0.3))
+    await h.feed(quiet(0.3))
+    await h.until(lambda: h.of(Clear), timeout=3)
+    h.stt.delay = 0.01
+    await h.until(lambda: len(h.llm.requests) == 2, timeout=3)
+    assert h.llm.requests[1][-1] == {"role": "user", "content": "What about tomorrow?"}
+    await h.session.close()
+
+
+async def test_speech_end_is_refined_inside_the_last_vad_window():
+    h = Harness()
+    audio = np.concatenate([tone(1.0), quiet(0.5)])
+    h.session._on_audio(audio[: 16000 + 8000])
+    true_end = 16000
+    window_end = (true_end // WINDOW + 1) * WINDOW  # the VAD's speech window reaches past the end
+    assert abs(h.session._refine_end(window_end) - true_end) <= WINDOW // 4
+    await h.session.close()
+
+
+async def test_arrival_time_ignores_our_own_stalls():
+    now = [0.0]
+    h = Harness()
+    sample = 55 * 320
+
+    def feed(session, times):
+        for index, at in enumerate(times):
+            now[0] = at
+            session._on_audio(tone(0.02))  # speech, so the turn keeps its audio and timeline
+
+    stalled = Session(h.session.engines, h.settings, h.events.append, "stalled", clock=lambda: now[0])
+    # Ten frames held up by a busy loop, then processed all at once.
+    feed(stalled, [i * 0.02 if not 50 <= i < 60 else 1.25 for i in range(100)])
+    assert abs(stalled._arrival_time(sample) - sample / RATE) < 0.021
+    fast = Session(h.session.engines, h.settings, h.events.append, "fast", clock=lambda: now[0])
+    feed(fast, [10.0 + i * 0.001 for i in range(100)])  # a client faster than real time
+    assert abs(fast._arrival_time(sample) - (10.0 + 55 * 0.001)) < 0.0011
+    await stalled.close()
+    await fast.close()

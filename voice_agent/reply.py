@@ -81,11 +81,13 @@ class Reply:
         self.chunks: list[SpokenChunk] = []
         self._sent_s = 0.0
         self._marked: tuple[float, float] | None = None  # (audio offset, when the client confirmed it)
-        # A held reply generates and synthesizes ahead but emits nothing until released:
-        # that is how an answer is prepared while the turn may still go on.
-        self._released = asyncio.Event()
+        # Frames flow only while this is set. A held reply generates and synthesizes
+        # ahead but emits nothing until resumed: that is how an answer is prepared
+        # while the turn may still go on. A pause stops the voice while the session
+        # finds out whether the user is interrupting or only saying "mm-hm".
+        self._flowing = asyncio.Event()
         if not held:
-            self._released.set()
+            self._flowing.set()
 
     @property
     def started_audio(self) -> bool:
@@ -149,11 +151,18 @@ class Reply:
             audio.put_nowait(samples[start : start + self._frame])
         return samples[whole:]
 
-    def release(self) -> None:
-        self._released.set()
+    def resume(self) -> None:
+        self._flowing.set()
+
+    def pause(self) -> None:
+        self._flowing.clear()
+
+    @property
+    def paused(self) -> bool:
+        return not self._flowing.is_set()
 
     async def _play(self, audio: asyncio.Queue) -> None:
-        await self._released.wait()
+        await self._flowing.wait()
         while (item := await audio.get()) is not None:
             if isinstance(item, str):
                 self.chunks.append(SpokenChunk(item, self._sent_s))
@@ -167,6 +176,7 @@ class Reply:
                 continue
             if (delay := self.playback.delay()) > 0:
                 await asyncio.sleep(delay)
+            await self._flowing.wait()
             self._emit(AgentAudio(item))
             duration = len(item) / self._rate
             self.playback.sent(duration)

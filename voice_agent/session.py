@@ -52,6 +52,7 @@ VAD_HYSTERESIS = 0.15
 # The soxr high-quality filter holds back about 66 ms of 8 kHz input, medium
 # quality about 26 ms; VAD and Whisper do not hear the difference, the user does.
 INPUT_RESAMPLE_QUALITY = "MQ"
+ARRIVAL_LOOKBACK_SAMPLES = 2 * PIPELINE_RATE  # frames that vouch for when audio arrived
 BARGE_RECHECK_MS = 160  # more overlapping speech since the last check: look again
 APOLOGY = "Sorry, something went wrong on my side. Could you say that again?"
 
@@ -240,6 +241,8 @@ class Session:
         if self._backchannels is None or turn.speech_ms >= self.settings.barge_in_force_ms:
             self._barge_in(turn, "")
             return
+        # Fall silent at once, as a person would, while the words are checked.
+        self._reply.pause()
         checking = turn.barge_check is not None and not turn.barge_check.done()
         if not checking and turn.speech_ms - turn.barge_checked_ms >= BARGE_RECHECK_MS:
             turn.barge_checked_ms = turn.speech_ms
@@ -252,12 +255,15 @@ class Session:
         except Exception:
             log.exception("session %s: barge-in transcription failed", self.id)
             text = "?"  # unknown words: treat as speech
-        if self._turn is not turn or self._reply is None:
+        if self._reply is None:
             return
         if self._is_backchannel(text):
             log.info("session %s: not an interruption: %r", self.id, text)
-        else:
-            self._barge_in(turn, text)
+            self._reply.resume()
+            return
+        self._barge_in(turn, text)
+        if self._turn is not turn:
+            self._commit(turn)  # it ended while we listened: answer it now that the agent is quiet
 
     def _barge_in(self, turn: UserTurn, text: str) -> None:
         log.info("session %s: barge-in after %.0f ms of speech %r", self.id, turn.speech_ms, text)
@@ -345,13 +351,17 @@ class Session:
             self._commit(turn)
 
     def _commit(self, turn: UserTurn) -> None:
-        self._turn = None
+        if self._turn is turn:
+            self._turn = None
         if self._reply is not None:
+            if turn.barge_check is not None and not turn.barge_check.done():
+                return  # the pending barge-in check decides, and commits the turn if it interrupts
             # Speech over the agent that never reached barge-in: a backchannel or noise.
             log.debug("session %s: ignoring %.0f ms of speech over the agent", self.id, turn.speech_ms)
+            self._reply.resume()
             return
         metrics = turn.metrics or TurnMetrics(turn.id)
-        metrics.speech_end = self._arrival_time(turn.last_speech)
+        metrics.speech_end = self._arrival_time(self._refine_end(turn.last_speech))
         metrics.endpoint_ms = (self._clock() - metrics.speech_end) * 1000.0
         self._pending_start = turn.start
         self._respond_task = asyncio.create_task(self._respond(turn, metrics))
@@ -439,7 +449,7 @@ class Session:
         that a cancelled task is waiting on.
         """
         self._reply = reply
-        reply.release()
+        reply.resume()
         failed = False
         try:
             await running
@@ -486,11 +496,39 @@ class Session:
     def _slice(self, start: int, end: int) -> np.ndarray:
         return self._audio[max(0, start - self._audio_start) : max(0, end - self._audio_start)].copy()
 
+    def _refine_end(self, window_end: int) -> int:
+        """Where speech really ends inside the last speech window.
+
+        Silero marks whole 32 ms windows, and its state decays for a window or
+        so after speech stops, so the window's end is late by 4-48 ms. The end
+        of the last 8 ms block within 20 dB of the loudest block in the last two
+        windows is closer to what a listener (or the replay client) would say.
+        """
+        block = WINDOW // 4
+        audio = self._slice(window_end - 2 * WINDOW, window_end)
+        blocks = len(audio) // block
+        if blocks == 0:
+            return window_end
+        rms = np.sqrt(np.mean(audio[len(audio) - blocks * block :].reshape(blocks, block) ** 2, axis=1))
+        loud = np.flatnonzero(rms >= 0.1 * rms.max())
+        return window_end - (blocks - 1 - int(loud[-1])) * block if len(loud) else window_end
+
     def _arrival_time(self, sample: int) -> float:
-        for end, arrived in self._arrivals:
-            if end >= sample:
-                return arrived
-        return self._clock()
+        """When ``sample`` arrived, on the audio's own clock.
+
+        A frame's processing time is late by however long the event loop was
+        busy, so each frame gives an upper bound on when the stream's time zero
+        arrived; the smallest over the last seconds is the least delayed. For a
+        client that sends at real time this removes our own stalls from
+        ``speech_end``; for one that sends faster it changes nothing.
+        """
+        frame_end, processed = next(
+            ((end, arrived) for end, arrived in self._arrivals if end >= sample), (sample, self._clock())
+        )
+        # Only frames up to the one holding the sample: later ones from a fast client would vouch too early.
+        recent = [arrived - end / PIPELINE_RATE for end, arrived in self._arrivals
+                  if sample - ARRIVAL_LOOKBACK_SAMPLES <= end <= frame_end]
+        return min([processed] + [offset + frame_end / PIPELINE_RATE for offset in recent])
 
     def _trim_audio(self) -> None:
         keep_from = self._received - PREROLL_SAMPLES - int(self.settings.max_turn_s * PIPELINE_RATE)

@@ -90,35 +90,21 @@ def main() -> int:
     out = Path(args.out or ROOT / "artifacts" / "load" / datetime.datetime.now().strftime("%Y-%m-%d-%H%M%S"))
     out.mkdir(parents=True, exist_ok=True)
 
-    port = bench._free_port()
-    url = f"ws://127.0.0.1:{port}/ws"
-    server_command = [sys.executable, "-m", "voice_agent", "serve", "--host", "127.0.0.1", "--port", str(port), *serve_args]
-    log = open(out / "server.log", "w")
-    print(f"starting the server: {shlex.join(server_command)}", file=sys.stderr)
-    server = subprocess.Popen(server_command, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
     result: dict = {
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "command": shlex.join(["scripts/load", *sys.argv[1:]]),
-        "server_command": shlex.join(["voice-agent", "serve", *server_command[4:]]),
+        "server_command": shlex.join(["voice-agent", "serve", "--host", "127.0.0.1", *serve_args]),
         "machine": bench._machine(),
         "load_average_before": bench._load_average(),
     }
-    try:
-        bench._wait_ready(f"http://127.0.0.1:{port}", server)
+    with bench.local_server(serve_args, out / "server.log") as (server, url):
         result["ramp"] = ramp(levels, args, url, out, server)
         if args.flood_rounds > 0:
             result["flood"] = flood(args, url, out, server)
         if args.soak_s > 0:
             result["soak"] = soak(args, url, out, server)
         result["load_average_after"] = bench._load_average()
-    finally:
-        server.terminate()
-        try:
-            result["server_exit_status"] = server.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait()
-        log.close()
+    result["server_exit_status"] = server.returncode  # 0: the graceful shutdown worked
 
     (out / "load.json").write_text(json.dumps(result, indent=2) + "\n")
     table = markdown(result)
@@ -342,7 +328,7 @@ def markdown(result: dict) -> str:
             f"| {s['unanswered']} | {s['failed_runs']} | {level['server_peak_rss_mb']} MiB |"
         )
     knee = result["ramp"]["knee_sessions"]
-    lines += ["", f"Median voice-to-voice passes 1 s at: {knee if knee else 'none of the levels run'} session(s)."]
+    lines += ["", f"Median voice-to-voice passes 1 s at: {f'{knee} session(s)' if knee else 'none of the levels run'}."]
     if (f := result.get("flood")) is not None:
         sent = sum(r["flooder"]["messages_sent"] for r in f["rounds"])
         lines.append(

@@ -79,6 +79,7 @@ class Turn:
     start: StartRule
     speech: SpeechBounds
     expect: str | None = None
+    tags: tuple[str, ...] = ()  # free labels an eval can group turns by; the replay ignores them
 
     @property
     def duration_s(self) -> float:
@@ -103,13 +104,18 @@ def load_audio(path: Path, rate: int) -> np.ndarray:
 
 
 def make_turn(
-    path: Path, rate: int, start: StartRule, expect: str | None = None, name: str | None = None
+    path: Path,
+    rate: int,
+    start: StartRule,
+    expect: str | None = None,
+    name: str | None = None,
+    tags: tuple[str, ...] = (),
 ) -> Turn:
     audio = load_audio(path, rate)
     bounds = speech_bounds(audio, rate)
     if bounds is None:
         raise ScriptError(f"{path}: no speech found (the whole file is below the silence threshold)")
-    return Turn(name or path.stem, str(path), audio, rate, start, bounds, expect)
+    return Turn(name or path.stem, str(path), audio, rate, start, bounds, expect, tags)
 
 
 def from_files(paths: list[str], rate: int, start: StartRule) -> Script:
@@ -136,7 +142,7 @@ def load_script(path: str, rate: int, default_gap_ms: int = DEFAULT_GAP_MS) -> S
             entry = {"file": entry}
         if not isinstance(entry, dict) or not isinstance(entry.get("file"), str):
             raise ScriptError(f"{where}: needs a 'file'")
-        unknown = set(entry) - {"file", "start", "expect", "name"}
+        unknown = set(entry) - {"file", "start", "expect", "name", "tags"}
         if unknown:
             raise ScriptError(f"{where}: unknown keys {', '.join(sorted(unknown))}")
         try:
@@ -147,7 +153,13 @@ def load_script(path: str, rate: int, default_gap_ms: int = DEFAULT_GAP_MS) -> S
         if expect is not None and not isinstance(expect, str):
             raise ScriptError(f"{where}: 'expect' must be text")
         name = entry.get("name")
-        turns.append(make_turn(script_path.parent / entry["file"], rate, start, expect, str(name) if name else None))
+        tags = entry.get("tags", [])
+        if isinstance(tags, str):
+            tags = [tags]
+        if not isinstance(tags, list) or not all(isinstance(tag, str) for tag in tags):
+            raise ScriptError(f"{where}: 'tags' must be a list of words")
+        turn = make_turn(script_path.parent / entry["file"], rate, start, expect, str(name) if name else None, tuple(tags))
+        turns.append(turn)
     return Script(tuple(turns), rate, str(script_path))
 
 

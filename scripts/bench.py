@@ -17,7 +17,6 @@ import json
 import os
 import platform
 import shlex
-import socket
 import subprocess
 import sys
 import threading
@@ -25,6 +24,8 @@ import time
 import urllib.request
 from pathlib import Path
 from typing import Iterator
+
+from voice_agent.replay.local_server import LocalServer, ServerNotReady
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "bench_turns" / "script.yaml"
@@ -157,42 +158,14 @@ def local_server(serve_args: list[str], log_path: Path) -> Iterator[tuple[subpro
 
     The server's output goes to ``log_path``; it is stopped in every case.
     """
-    port = _free_port()
-    command = [sys.executable, "-m", "voice_agent", "serve", "--host", "127.0.0.1", "--port", str(port), *serve_args]
-    print(f"starting the server: {shlex.join(command)}", file=sys.stderr)
     with open(log_path, "w") as log:
-        server = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
         try:
-            _wait_ready(f"http://127.0.0.1:{port}", server)
-            yield server, f"ws://127.0.0.1:{port}/ws"
-        finally:
-            server.terminate()
-            try:
-                server.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                server.kill()
-                server.wait()
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def _wait_ready(base_url: str, server: subprocess.Popen) -> None:
-    deadline = time.monotonic() + READY_TIMEOUT_S
-    while time.monotonic() < deadline:
-        if server.poll() is not None:
-            raise SystemExit(f"the server exited with status {server.returncode}; see server.log")
-        try:
-            with urllib.request.urlopen(base_url + "/readyz", timeout=2) as response:
-                if response.status == 200:
-                    return
-        except OSError:
-            pass
-        time.sleep(0.5)
-    raise SystemExit(f"the server was not ready after {READY_TIMEOUT_S} s; see server.log")
+            server = LocalServer(serve_args, log, cwd=ROOT, ready_timeout=READY_TIMEOUT_S)
+        except ServerNotReady as exc:
+            raise SystemExit(f"{exc}; see {log_path}") from None
+        print(f"started the server: {shlex.join(server.command)}", file=sys.stderr)
+        with server:
+            yield server.process, server.ws_url
 
 
 def _machine() -> dict:

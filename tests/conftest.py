@@ -2,69 +2,33 @@
 
 from __future__ import annotations
 
-import os
-import socket
 import subprocess
-import sys
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
+
+from voice_agent.replay.local_server import LocalServer, ServerNotReady, free_port, stop  # noqa: F401  (free_port: tests)
 
 ROOT = Path(__file__).resolve().parents[1]
 ARTIFACTS = ROOT / "artifacts"
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def wait_ready(base_url: str, process: subprocess.Popen, timeout: float = 180.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"server exited with {process.returncode}")
-        try:
-            with urllib.request.urlopen(base_url + "/readyz", timeout=2) as response:
-                if response.status == 200:
-                    return
-        except OSError:
-            pass
-        time.sleep(0.3)
-    raise TimeoutError("server did not become ready")
-
-
 def start_server(*extra_args: str, env: dict[str, str] | None = None, ready_timeout: float = 180.0):
-    port = free_port()
+    """A real server process: (Popen, base URL, log file). Stop it with :func:`stop_server`."""
     ARTIFACTS.mkdir(exist_ok=True)
-    log_path = ARTIFACTS / f"server-{port}.log"
+    log_path = ARTIFACTS / f"server-{time.time_ns()}.log"
     log_file = open(log_path, "w")
-    process = subprocess.Popen(
-        [sys.executable, "-m", "voice_agent", "serve", "--port", str(port), *extra_args],
-        stdout=log_file,
-        stderr=subprocess.STDOUT,
-        env={**os.environ, **(env or {})},
-        cwd=ROOT,
-    )
-    base_url = f"http://127.0.0.1:{port}"
     try:
-        wait_ready(base_url, process, ready_timeout)
-    except Exception:
-        process.kill()
+        server = LocalServer(extra_args, log_file, env=env, cwd=ROOT, ready_timeout=ready_timeout)
+    except ServerNotReady as exc:
         log_file.close()
-        raise RuntimeError(f"server failed to start; see {log_path}:\n{log_path.read_text()[-3000:]}")
-    return process, base_url, log_file
+        raise RuntimeError(f"{exc}; see {log_path}:\n{log_path.read_text()[-3000:]}") from None
+    return server.process, server.base_url, log_file
 
 
 def stop_server(process: subprocess.Popen, log_file) -> None:
-    process.terminate()
-    try:
-        process.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        process.kill()
+    stop(process, timeout=20)
     log_file.close()
 
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 import dataclasses
 import re
 
-import pytest
 
 from tests.conftest import ROOT
 from voice_agent.config import ENV_PREFIX, Settings, _parse

@@ -7,7 +7,6 @@ import json
 
 import numpy as np
 import pytest
-import websockets
 
 from tests.speech import silence, speech
 from tests.wsclient import NativeClient

@@ -132,7 +132,7 @@ def barge_in_stop(received: Sequence[Received], onset: float) -> tuple[float, bo
     short stalls between chunks bridged): there was nothing to interrupt.
     """
     playing = None
-    for start, end in _answers(playback_intervals(received)):
+    for start, end in bridged(playback_intervals(received), ANSWER_GAP_S):
         if start <= onset < end:
             playing = (start, end)
     if playing is None:
@@ -150,11 +150,12 @@ def barge_in_stop(received: Sequence[Received], onset: float) -> tuple[float, bo
     return last_audio, False
 
 
-def _answers(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:
-    """Playback intervals with gaps shorter than ``ANSWER_GAP_S`` bridged: one per answer."""
+def bridged(intervals: list[tuple[float, float]], gap_s: float) -> list[tuple[float, float]]:
+    """Intervals with the gaps shorter than ``gap_s`` between them filled in
+    (with ``ANSWER_GAP_S``: one interval per answer)."""
     merged: list[tuple[float, float]] = []
     for start, end in intervals:
-        if merged and start - merged[-1][1] < ANSWER_GAP_S:
+        if merged and start - merged[-1][1] < gap_s:
             merged[-1] = (merged[-1][0], end)
         else:
             merged.append((start, end))

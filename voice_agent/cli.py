@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from .config import Settings, add_arguments
@@ -39,6 +40,12 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def serve_command(settings: Settings) -> int:
+    # Whisper, llama.cpp and Piper share a few cores. OpenMP's default spin-wait
+    # burns a core while one engine waits for the next parallel region, starving
+    # the others: with it passive, llama.cpp evaluated a prompt twice as fast
+    # beside a busy Whisper (scripts/percall). Read when the libraries load, so set
+    # before any engine is imported; an explicit setting wins.
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     import uvicorn
 
     from . import log

@@ -25,6 +25,7 @@ import json
 import shlex
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -134,43 +135,61 @@ def _points(text: str) -> list[tuple[str, list[str]]]:
 
 
 def _run_point(name: str, serve_args: list[str], script, args, out: Path) -> dict:
-    slug = name.replace("/", "-").replace(" ", "-")
     print(f"\n== {name} ==", file=sys.stderr)
-    started = time.monotonic()
-    failure = None
-    traces: list[RunTrace] = []
-    with bench.local_server(EVAL_SERVE_ARGS + serve_args, out / f"server-{slug}.log") as (_, url):
-        try:
-            traces = asyncio.run(_replay(script, url, args))
-        except asyncio.TimeoutError:
-            failure = f"the replay took longer than {POINT_TIMEOUT_S} s"
-    runs = [analyse(trace) for trace in traces]
-    failure = failure or next((run["failure"] for run in runs if run["failure"]), None)
-    report = build(
-        script=script, url=url, transport="native", options={"sessions": [1], "repeats": args.repeats},
-        runs=runs, thresholds=Thresholds(),
-    )
-    report_path = out / f"replay-{slug}.json"
-    report_path.write_text(json.dumps(report, indent=2) + "\n")
-    turns = [turn for trace, run in zip(traces, runs) for turn in endpoint_turns(trace, run)]
+    slug = name.replace("/", "-").replace(" ", "-")
+    replayed = replay_locally(slug, EVAL_SERVE_ARGS + serve_args, script, args.repeats, args.reply_timeout, out)
+    turns = [turn for trace, run in zip(replayed.traces, replayed.runs) for turn in endpoint_turns(trace, run)]
     return {
         "name": name,
         "serve_args": EVAL_SERVE_ARGS + serve_args,
-        "seconds": round(time.monotonic() - started, 1),
-        "failure": failure,
-        "replay_report": report_path.name,
+        "seconds": replayed.seconds,
+        "failure": replayed.failure,
+        "replay_report": replayed.report,
         "summary": endpointing.summarise(turns),
         "turns": turns,
     }
 
 
-async def _replay(script, url: str, args) -> list[RunTrace]:
+@dataclass
+class Replayed:
+    traces: list[RunTrace]
+    runs: list[dict]  # the replay report's runs
+    failure: str | None
+    seconds: float
+    report: str  # file name of the replay report, in the output folder
+
+
+def replay_locally(slug: str, serve_args: list[str], script, repeats: int, reply_timeout: float, out: Path) -> Replayed:
+    """A fresh local server with ``serve_args``; ``script`` replayed ``repeats`` times in one session.
+
+    Writes server-SLUG.log and the replay's own report, replay-SLUG.json.
+    """
+    started = time.monotonic()
+    failure = None
+    traces: list[RunTrace] = []
+    with bench.local_server(serve_args, out / f"server-{slug}.log") as (_, url):
+        try:
+            traces = asyncio.run(_replay(script, url, repeats, reply_timeout))
+        except asyncio.TimeoutError:
+            failure = f"the replay took longer than {POINT_TIMEOUT_S} s"
+    runs = [analyse(trace) for trace in traces]
+    failure = failure or next((run["failure"] for run in runs if run["failure"]), None)
+    report = build(
+        script=script, url=url, transport="native", options={"sessions": [1], "repeats": repeats},
+        runs=runs, thresholds=Thresholds(),
+    )
+    report_path = out / f"replay-{slug}.json"
+    report_path.write_text(json.dumps(report, indent=2) + "\n")
+    return Replayed(traces, runs, failure, round(time.monotonic() - started, 1), report_path.name)
+
+
+async def _replay(script, url: str, repeats: int, reply_timeout: float) -> list[RunTrace]:
     from tqdm import tqdm
 
-    options = Options(url, reply_timeout_s=args.reply_timeout)
-    with tqdm(total=args.repeats * len(script.turns), unit="turn", file=sys.stderr, dynamic_ncols=True) as progress:
+    options = Options(url, reply_timeout_s=reply_timeout)
+    with tqdm(total=repeats * len(script.turns), unit="turn", file=sys.stderr, dynamic_ncols=True) as progress:
         return await asyncio.wait_for(
-            run_level(script, options, 1, args.repeats, 0.0, lambda: progress.update(1)), POINT_TIMEOUT_S
+            run_level(script, options, 1, repeats, 0.0, lambda: progress.update(1)), POINT_TIMEOUT_S
         )
 
 

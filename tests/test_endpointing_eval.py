@@ -1,4 +1,4 @@
-"""The endpointing eval's measurement (voice_agent/replay/endpointing.py) on synthetic timelines."""
+"""The turn-taking evals' measurement (voice_agent/replay/endpointing.py, bargein.py) on synthetic timelines."""
 
 from __future__ import annotations
 
@@ -6,6 +6,8 @@ import numpy as np
 import pytest
 import soundfile
 
+from voice_agent.replay.bargein import probe_outcome
+from voice_agent.replay.bargein import summarise as summarise_probes
 from voice_agent.replay.endpointing import cut_off, measure_turn, pauses, summarise
 from voice_agent.replay.measure import AudioIn, MessageIn
 from voice_agent.replay.script import ScriptError, load_script
@@ -129,3 +131,58 @@ def test_script_tags(tmp_path):
     (tmp_path / "bad.yaml").write_text("turns:\n  - file: a.wav\n    tags: {a: 1}\n")
     with pytest.raises(ScriptError, match="turn 1: 'tags' must be a list"):
         load_script(str(tmp_path / "bad.yaml"), RATE)
+
+
+# Barge-in probes (voice_agent/replay/bargein.py).
+
+
+def frames(start: float, stop: float, peak: float = 0.3) -> list[AudioIn]:
+    """Agent frames arriving at real-time pace, 20 ms each, from ``start`` to ``stop``."""
+    return [AudioIn(start + i * 0.02, 0.02, peak) for i in range(round((stop - start) / 0.02))]
+
+
+def test_probe_cleared_stop_time_is_when_the_player_fell_silent():
+    received = [*frames(0.0, 2.3), MessageIn(2.4, "clear")]
+    outcome = probe_outcome(received, onset=2.0, end=2.6)
+    assert outcome["outcome"] == "cleared"
+    assert outcome["stop_ms"] == pytest.approx(300.0)  # the frames stopped before the clear came
+    assert outcome["clear_ms"] == pytest.approx(400.0)
+
+
+def test_probe_clear_cuts_queued_audio():
+    # Frames arrived ahead of time (a 1 s burst at 1.0 s holds audio until 2.0 s and beyond).
+    received = [AudioIn(1.0 + i * 0.001, 0.02, 0.3) for i in range(100)] + [MessageIn(1.5, "clear")]
+    outcome = probe_outcome(received, onset=1.2, end=1.6)
+    assert outcome["outcome"] == "cleared" and outcome["stop_ms"] == pytest.approx(300.0)
+
+
+def test_probe_paused_then_resumed_is_not_a_barge_in():
+    received = [*frames(0.0, 2.3), *frames(2.9, 5.0)]
+    outcome = probe_outcome(received, onset=2.0, end=2.4)
+    assert outcome["outcome"] == "paused"
+    assert outcome["silent_ms"] == pytest.approx(600.0)
+    assert outcome["clear_ms"] is None
+
+
+def test_probe_kept_talking_stopped_and_not_playing():
+    assert probe_outcome(frames(0.0, 6.0), onset=2.0, end=2.5)["outcome"] == "kept talking"
+    # A frame 30 ms late is a glitch of the player, not the agent falling silent.
+    assert probe_outcome([*frames(0.0, 2.2), *frames(2.25, 6.0)], onset=2.0, end=2.5)["outcome"] == "kept talking"
+    assert probe_outcome(frames(0.0, 2.3), onset=2.0, end=2.5)["outcome"] == "stopped"
+    # Resuming after the deadline (end + 2 s) is the next answer, not this one going on.
+    assert probe_outcome([*frames(0.0, 2.3), *frames(5.0, 6.0)], onset=2.0, end=2.5)["outcome"] == "stopped"
+    assert probe_outcome(frames(0.0, 1.0), onset=2.0, end=2.5)["outcome"] == "not playing"
+
+
+def test_probe_summary_per_kind():
+    probes = [
+        {"tag": "interruption", "outcome": "cleared", "stop_ms": 300.0, "clear_ms": 400.0},
+        {"tag": "interruption", "outcome": "cleared", "stop_ms": 500.0, "clear_ms": 520.0},
+        {"tag": "interruption", "outcome": "paused", "stop_ms": 280.0, "clear_ms": None},
+        {"tag": "noise", "outcome": "kept talking", "stop_ms": None, "clear_ms": None},
+        {"tag": "noise", "outcome": "not playing", "stop_ms": None, "clear_ms": None},
+    ]
+    s = summarise_probes(probes)
+    assert s["interruption"]["outcomes"] == {"cleared": 2, "paused": 1}
+    assert s["interruption"]["stop_ms"]["n"] == 2 and s["interruption"]["stop_ms"]["p50"] == 400.0
+    assert (s["noise"]["probes"], s["noise"]["judged"]) == (2, 1)

@@ -79,14 +79,17 @@ class Settings:
     vad_min_speech_ms: int = _opt(
         96, "Speech needed before a user turn is considered started.", "turn"
     )
+    # Defaults chosen with scripts/endpoint_eval --sweep (docs/endpointing.md): the
+    # cheapest thresholds with at most 5 % false cut-offs. Whisper puts a full
+    # stop after most fragments, so a shorter "complete" silence cuts users off.
     end_silence_complete_ms: int = _opt(
-        350, "Silence that ends a turn after a complete sentence.", "turn"
+        900, "Silence that ends a turn after a complete sentence.", "turn"
     )
     end_silence_ms: int = _opt(
-        600, "Silence that ends a turn when the transcript gives no hint.", "turn"
+        1200, "Silence that ends a turn when the transcript gives no hint.", "turn"
     )
     end_silence_incomplete_ms: int = _opt(
-        1200,
+        2000,
         "Silence that ends a turn after a trailing conjunction, article, filler or number.",
         "turn",
     )

@@ -119,6 +119,12 @@ def test_barge_in_stop_without_clear_is_the_last_frame_of_the_interrupted_answer
     assert not cleared and abs(stop - 2.48) < FRAME_S
 
 
+def test_an_agent_that_falls_silent_before_it_clears_stopped_at_its_last_frame():
+    received = agent_frames(1.0, 1.3) + [MessageIn(2.6, "clear")] + agent_frames(4.0, 1.0)
+    stop, cleared = barge_in_stop(received, onset=2.0)
+    assert cleared and abs(stop - 2.28) < FRAME_S
+
+
 def test_no_barge_in_when_the_agent_was_silent():
     assert barge_in_stop(agent_frames(1.0, 0.5) + agent_frames(4.0, 1.0), onset=3.0) is None
 

@@ -29,6 +29,8 @@ AGENT_VOICED_PEAK = 0.01  # about -40 dBFS: below this an agent frame is silence
 # Paced agent frames come every 20 ms; a new answer needs STT, LLM and TTS
 # first, so a longer silence than this on the wire separates two answers.
 ANSWER_GAP_S = 0.5
+# How long after falling silent a `clear` still belongs to the interrupted answer.
+CLEAR_AFTER_SILENCE_S = 3.0
 
 
 @dataclass(frozen=True)
@@ -141,10 +143,16 @@ def barge_in_stop(received: Sequence[Received], onset: float) -> tuple[float, bo
     for item in received:
         if item.at < playing[0]:
             continue
-        if item.at > playing[1]:
-            break
         if isinstance(item, MessageIn) and item.type == "clear" and item.at >= onset:
-            return item.at, True
+            if item.at <= playing[1]:
+                return item.at, True
+            # The agent fell silent first and cleared once it knew the words were
+            # an interruption: the user heard it stop at its last frame.
+            if item.at <= playing[1] + CLEAR_AFTER_SILENCE_S:
+                return last_audio, True
+            break
+        if item.at > playing[1] and isinstance(item, AudioIn):
+            break  # the next answer
         if isinstance(item, AudioIn):
             last_audio = item.at
     return last_audio, False

@@ -274,14 +274,18 @@ def _plot(result: dict, path: Path) -> None:
 
     points = [p for p in result["points"] if p["summary"]["false_cutoff_rate"] is not None]
     fig, ax = plt.subplots(figsize=(7, 4.5))
-    for key, label, marker in (("p50", "median", "o"), ("p95", "p95", "s")):
-        xs = [p["summary"]["endpoint_ms"][key] for p in points]
-        ys = [100 * p["summary"]["false_cutoff_rate"] for p in points]
-        ax.plot(xs, ys, marker=marker, linestyle="none", label=f"server endpoint delay, {label}")
-        if key == "p50":
-            for x, y, p in zip(xs, ys, points):
-                if x is not None:
-                    ax.annotate(p["name"], (x, y), textcoords="offset points", xytext=(5, 5), fontsize=8)
+    ys = [100 * p["summary"]["false_cutoff_rate"] for p in points]
+    p50 = [p["summary"]["endpoint_ms"]["p50"] for p in points]
+    p95 = [p["summary"]["endpoint_ms"]["p95"] for p in points]
+    for y, low, high in zip(ys, p50, p95):
+        if low is not None and high is not None:
+            ax.plot([low, high], [y, y], color="lightgrey", zorder=1)
+    ax.plot(p50, ys, marker="o", linestyle="none", label="server endpoint delay, median", zorder=2)
+    ax.plot(p95, ys, marker="s", linestyle="none", label="server endpoint delay, p95", zorder=2)
+    for index, (x, y, point) in enumerate(zip(p50, ys, points)):
+        if x is not None:  # alternate above and below, so that points at one rate stay readable
+            offset = (5, 6) if index % 2 == 0 else (5, -12)
+            ax.annotate(point["name"], (x, y), textcoords="offset points", xytext=offset, fontsize=8)
     ax.axhline(5, color="grey", linestyle=":", label="issue bar: 5 %")
     ax.set_xlabel("delay after the true end of the turn (ms)")
     ax.set_ylabel("false cut-offs (% of turns with a mid-turn pause)")

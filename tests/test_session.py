@@ -436,3 +436,35 @@ async def test_arrival_time_ignores_our_own_stalls():
     assert abs(fast._arrival_time(sample) - (10.0 + 55 * 0.001)) < 0.0011
     await stalled.close()
     await fast.close()
+
+
+async def test_a_stale_partial_does_not_end_the_turn_before_the_words_are_in():
+    # A partial says "We arrive." while the last words are still being transcribed.
+    h = Harness(end_silence_complete_ms=200, end_silence_ms=400, end_silence_incomplete_ms=900,
+                preemptive_generation=0)
+    await h.feed(tone(0.5), realtime=False)
+    h.session._turn.partial_text = "We arrive."
+    h.stt.delay = 0.6  # the speculative final is slow
+    h.stt.text = "We arrive on"
+    await h.feed(quiet(0.5))
+    assert h.finals("user") == []  # not cut off at the "complete" silence on the stale partial
+    await h.feed(quiet(0.6))
+    await h.until(lambda: h.finals("user"))
+    assert h.finals("user") == ["We arrive on"]
+    await h.session.close()
+
+
+async def test_history_turns_zero_sends_no_history():
+    h = Harness(history_turns=0)
+    h.session.history = [{"role": "user", "content": "old"}, {"role": "assistant", "content": "older"}]
+    assert h.session._messages("new")[1:] == [{"role": "user", "content": "new"}]
+
+
+async def test_a_transcript_without_words_gets_no_answer():
+    h = Harness()
+    h.stt.text = "."
+    await h.feed(tone(0.5), realtime=False)
+    await h.feed(quiet(0.5))
+    await asyncio.sleep(0.2)
+    assert h.llm.requests == [] and h.finals("user") == []
+    await h.session.close()

@@ -37,3 +37,9 @@ def test_silence_needed_depends_on_the_transcript():
 def test_max_turn_length_ends_the_turn_without_silence():
     detector = TurnDetector(max_turn_s=5)
     assert detector.is_turn_over(0, "and", turn_ms=5000)
+
+
+def test_no_transcript_yet_or_no_words():
+    assert classify(None) is Completeness.INCOMPLETE  # the words are still being transcribed
+    assert classify(".") is Completeness.UNKNOWN
+    assert classify("...") is Completeness.UNKNOWN

@@ -98,7 +98,8 @@ class Settings:
         250, "User speech over the agent after which it may be an interruption.", "turn"
     )
     barge_in_backchannels: str = _opt(
-        "yeah,yes,yep,yup,mm,mhm,mm hm,hmm,uh huh,okay,ok,right,sure,i see,got it,cool,nice,wow,oh",
+        "yeah,yes,yep,yup,mm,mmm,mhm,mhmm,mmhmm,mm hm,mm hmm,hm,hmm,uh huh,okay,ok,right,sure,i see,got it,"
+        "cool,nice,wow,oh",
         "Comma-separated words that do not interrupt the agent when they are all the user said "
         "over it (checked with STT). Empty: any speech past --barge-in-min-speech-ms interrupts.",
         "turn",

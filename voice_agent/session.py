@@ -41,7 +41,7 @@ from .protocols.events import (
     Transcript,
 )
 from .reply import Reply
-from .turn import TurnDetector
+from .turn import TurnDetector, has_words
 from .vad import WINDOW, WINDOW_MS
 
 log = logging.getLogger(__name__)
@@ -345,7 +345,9 @@ class Session:
             text, stt_ms = speculative.result()
             self._preempt(turn, text, stt_ms)
         else:
-            text = turn.partial_text
+            # The partial predates the last words ("We arrive." for "We arrive on"):
+            # until the transcript of all of it is in, assume the user goes on.
+            text = None
         turn_ms = (now - turn.start) * 1000 / PIPELINE_RATE
         if self._turns.is_turn_over(silence_ms, text, turn_ms):
             self._commit(turn)
@@ -382,7 +384,7 @@ class Session:
             self._pending_start = None
             self._say(APOLOGY)
             return
-        if not text or (turn.over_agent and self._is_backchannel(text)):
+        if not has_words(text) or (turn.over_agent and self._is_backchannel(text)):
             log.info("session %s: turn %d had no words for the agent: %r", self.id, turn.id, text)
             self._respond_task = None
             self._pending_start = None
@@ -401,7 +403,7 @@ class Session:
         """Start answering the speculative transcript, held back until the turn is committed."""
         if (
             not self.settings.preemptive_generation
-            or not text
+            or not has_words(text)
             or turn.preemptive_upto == turn.speculative_upto
             or self._reply is not None  # speech over the agent: only a barge-in makes it a turn
         ):
@@ -420,7 +422,8 @@ class Session:
 
     def _messages(self, text: str) -> list[dict[str, str]]:
         messages = [{"role": "system", "content": self.system_prompt}]
-        messages += self.history[-2 * self.settings.history_turns :]
+        kept = 2 * self.settings.history_turns
+        messages += self.history[-kept:] if kept else []  # [-0:] would be all of it
         messages.append({"role": "user", "content": text})
         return messages
 

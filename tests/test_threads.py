@@ -1,0 +1,53 @@
+"""iterate_in_thread: blocking iterators consumed as async iterators."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+from voice_agent import threads
+from voice_agent.threads import iterate_in_thread
+
+
+class Counting:
+    """A blocking producer that counts the items it has computed."""
+
+    def __init__(self, total: int = 50):
+        self.total = total
+        self.produced = 0
+        self.lock = threading.Lock()
+
+    def __call__(self):
+        for i in range(self.total):
+            with self.lock:
+                self.produced += 1
+            yield i
+
+
+async def test_without_a_bound_the_worker_runs_ahead_of_a_slow_consumer():
+    producer = Counting()
+    items = iterate_in_thread(producer)
+    assert await anext(items) == 0
+    await asyncio.sleep(0.2)
+    assert producer.produced == producer.total
+    await items.aclose()
+
+
+async def test_ahead_stops_the_computation_while_the_consumer_pauses():
+    producer = Counting()
+    items = iterate_in_thread(producer, ahead=2)
+    assert await anext(items) == 0
+    await asyncio.sleep(0.2)
+    # Two delivered but not taken, plus the one in the worker's hand.
+    assert producer.produced <= 4
+    assert [item async for item in items] == list(range(1, producer.total))
+
+
+async def test_a_consumer_that_goes_away_frees_a_worker_waiting_for_room():
+    producer = Counting()
+    items = iterate_in_thread(producer, ahead=1)
+    await anext(items)
+    await asyncio.sleep(0.05)
+    await items.aclose()
+    assert threads.active_workers() == 0
+    assert producer.produced < producer.total

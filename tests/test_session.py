@@ -18,7 +18,7 @@ from voice_agent.protocols.events import (
     TextReceived,
     Transcript,
 )
-from voice_agent.session import Session
+from voice_agent.session import Session, recent_history
 from voice_agent.vad import WINDOW
 
 RATE = 16000
@@ -468,3 +468,21 @@ async def test_a_transcript_without_words_gets_no_answer():
     await asyncio.sleep(0.2)
     assert h.llm.requests == [] and h.finals("user") == []
     await h.session.close()
+
+
+def test_the_history_window_moves_in_steps_so_the_prompt_prefix_stays_cached():
+    greeting = [{"role": "assistant", "content": "Hi."}]
+    history = list(greeting)
+    firsts = []
+    for n in range(1, 21):
+        history += [{"role": "user", "content": f"q{n}"}, {"role": "assistant", "content": f"a{n}"}]
+        kept = recent_history(history, 8)
+        exchanges = sum(m["role"] == "user" for m in kept)
+        assert exchanges <= 8 and (exchanges >= 5 or n < 5)
+        assert kept[-1]["content"] == f"a{n}" and (n <= 8 or kept[0]["role"] == "user")
+        firsts.append(kept[0]["content"])
+    assert firsts[:8] == ["Hi."] * 8  # everything while it fits
+    # Then the oldest kept exchange moves every fourth turn, not every turn.
+    assert firsts[8:] == ["q5"] * 4 + ["q9"] * 4 + ["q13"] * 4
+    assert recent_history(history, 0) == []
+    assert recent_history(history, 1) == history[-2:]

@@ -426,8 +426,7 @@ class Session:
 
     def _messages(self, text: str) -> list[dict[str, str]]:
         messages = [{"role": "system", "content": self.system_prompt}]
-        kept = 2 * self.settings.history_turns
-        messages += self.history[-kept:] if kept else []  # [-0:] would be all of it
+        messages += recent_history(self.history, self.settings.history_turns)
         messages.append({"role": "user", "content": text})
         return messages
 
@@ -562,6 +561,28 @@ class Session:
         await asyncio.gather(*tasks, return_exceptions=True)
         self._reply = None
         self._respond_task = None
+
+
+def recent_history(history: list[dict[str, str]], turns: int) -> list[dict[str, str]]:
+    """The last exchanges of ``history`` (user, assistant pairs) for the prompt: at most ``turns``.
+
+    The oldest kept exchange moves in steps of half the window, not one at a
+    time: an LLM reuses its cache only for an unchanged prompt prefix, and a
+    window sliding every turn changes the prefix right after the system prompt,
+    so every answer would evaluate the whole history again (about 800 ms for
+    eight exchanges with llama.cpp on 2 cores). Stepped, three answers in four
+    find the history already evaluated, for keeping on average a quarter fewer
+    exchanges.
+    """
+    exchanges = len(history) // 2
+    if turns <= 0:
+        return []
+    if exchanges <= turns:
+        return history
+    step = max(1, turns // 2)
+    dropped = -(-(exchanges - turns) // step) * step  # rounded up to a whole step
+    # Counted from the end: a greeting may stand alone before the first exchange.
+    return history[-2 * (exchanges - dropped) :]
 
 
 class _Scripted:

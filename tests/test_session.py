@@ -375,6 +375,27 @@ def test_what_counts_as_an_acknowledgement(text, acknowledgement):
     assert Harness().session._is_backchannel(text) is acknowledgement
 
 
+async def test_speech_too_short_to_check_pauses_the_agent_then_lets_it_go_on():
+    h = Harness(answer=" ".join(f"w{i}." for i in range(60)), barge_in_min_speech_ms=100,
+                barge_in_check_ms=400, barge_in_force_ms=5000)
+    await h.feed(tone(0.5), realtime=False)
+    await h.feed(quiet(0.3))
+    await h.until(lambda: h.of(AgentAudio))
+    calls = h.stt.calls
+    h.stt.text = "Wait, what?"  # never asked: too little speech to tell words from "uh-huh"
+    await h.feed(tone(0.25))
+    frames = len(h.of(AgentAudio))
+    await asyncio.sleep(0.1)
+    assert len(h.of(AgentAudio)) == frames  # silent from 100 ms of speech
+    await h.feed(quiet(0.4))
+    await h.until(lambda: len(h.of(AgentAudio)) > frames, timeout=2)
+    assert h.of(Clear) == []
+    # Partials and the final transcript of the short turn may run, the barge-in check not.
+    assert all("Wait" not in text for text in h.finals("agent"))
+    assert h.stt.calls - calls <= 2
+    await h.session.close()
+
+
 async def test_the_agent_falls_silent_while_it_checks_an_interruption():
     h = Harness(answer=" ".join(f"w{i}." for i in range(60)), barge_in_min_speech_ms=200, barge_in_force_ms=5000)
     await h.feed(tone(0.5), realtime=False)

@@ -98,8 +98,17 @@ class Settings:
         "turn",
     )
     max_turn_s: float = _opt(30.0, "A turn longer than this is committed at once.", "turn")
+    # The agent falls silent early and decides later: Whisper needs about 250 ms
+    # of speech to tell "uh-huh" from words (at 150 ms it wrote "ah" and "in" for
+    # them, scripts/bargein_eval), but silence can start before the words are known.
     barge_in_min_speech_ms: int = _opt(
-        250, "User speech over the agent after which it may be an interruption.", "turn"
+        150, "User speech over the agent after which the agent pauses: it may be an interruption.", "turn"
+    )
+    barge_in_check_ms: int = _opt(
+        250,
+        "User speech over the agent after which its words are checked; a paused agent "
+        "resumes if they are only backchannels, or if the speech ends before this.",
+        "turn",
     )
     barge_in_backchannels: str = _opt(
         "yeah,yes,yep,yup,mm,mmm,mhm,mhmm,mmhmm,mm hm,mm hmm,hm,hmm,uh huh,okay,ok,right,sure,i see,got it,"

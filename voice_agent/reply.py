@@ -34,8 +34,9 @@ FRAME_MS = 20
 @dataclass
 class SpokenChunk:
     text: str
-    start_s: float  # offset in the reply's audio
+    start_s: float = 0.0  # offset in the reply's audio, set when its first frame is sent
     end_s: float | None = None  # set once all its audio is sent
+    synthesized_s: float = 0.0  # its audio so far: all of it, before much is sent
     mark: str = ""
 
 
@@ -135,13 +136,15 @@ class Reply:
             handed_at = self._clock()
             resampler = StreamResampler(self._tts.sample_rate, self._rate)
             pending = np.zeros(0, dtype=np.float32)
+            chunk = SpokenChunk(text)
             first = True
             async for piece in self._tts.synthesize(text):
                 if first and index == 0:
                     self.timings.tts_ttfa_ms = self._ms_since(handed_at)
                 if first:
-                    audio.put_nowait(text)  # a chunk starts
+                    audio.put_nowait(chunk)  # a chunk starts
                     first = False
+                chunk.synthesized_s += len(piece) / self._tts.sample_rate
                 pending = self._queue_frames(audio, np.concatenate([pending, resampler.process(piece)]))
             self._first_chunk_synthesized.set()
             if first:
@@ -169,8 +172,9 @@ class Reply:
     async def _play(self, audio: asyncio.Queue) -> None:
         await self._flowing.wait()
         while (item := await audio.get()) is not None:
-            if isinstance(item, str):
-                self.chunks.append(SpokenChunk(item, self._sent_s))
+            if isinstance(item, SpokenChunk):
+                item.start_s = self._sent_s
+                self.chunks.append(item)
                 self._emit(Transcript("agent", self.text, final=False))
                 continue
             if isinstance(item, _ChunkDone):
@@ -214,7 +218,7 @@ class Reply:
             if heard <= chunk.start_s:
                 break
             chunk_words = chunk.text.split()
-            end = chunk.end_s if chunk.end_s is not None else self._sent_s
+            end = chunk.end_s if chunk.end_s is not None else chunk.start_s + chunk.synthesized_s
             if heard >= end:
                 words += chunk_words
             else:

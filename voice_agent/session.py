@@ -236,9 +236,10 @@ class Session:
     def _maybe_barge_in(self, turn: UserTurn) -> None:
         """Interrupt the agent for real speech, not for "mm-hm" or a cough.
 
-        Past ``barge_in_min_speech_ms`` the overlapping speech is transcribed;
-        only words beyond the backchannel list interrupt. Past
-        ``barge_in_force_ms`` of speech the agent stops whatever the words.
+        Past ``barge_in_min_speech_ms`` the agent pauses; past
+        ``barge_in_check_ms`` the overlapping speech is transcribed, and only
+        words beyond the backchannel list interrupt. Past ``barge_in_force_ms``
+        of speech the agent stops whatever the words.
         """
         if self._reply is None or turn.speech_ms < self.settings.barge_in_min_speech_ms:
             return
@@ -247,6 +248,8 @@ class Session:
             return
         # Fall silent at once, as a person would, while the words are checked.
         self._reply.pause()
+        if turn.speech_ms < self.settings.barge_in_check_ms:
+            return
         checking = turn.barge_check is not None and not turn.barge_check.done()
         if not checking and turn.speech_ms - turn.barge_checked_ms >= BARGE_RECHECK_MS:
             turn.barge_checked_ms = turn.speech_ms

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import ctypes
 import os
 import sys
 
@@ -39,6 +40,25 @@ def main(argv: list[str] | None = None) -> int:
     return 2
 
 
+def cap_malloc_arenas(arenas: int = 2) -> None:
+    """Limit glibc to a few malloc arenas, unless MALLOC_ARENA_MAX says otherwise.
+
+    glibc gives threads their own arenas (up to 8 per core) and rarely returns
+    their free memory; with Whisper, llama.cpp, Piper and the event loop
+    allocating from a dozen worker threads, a 10-minute soak grew the server's
+    RSS by 10.7 % in steps (docs/operations.md). Must run before those threads
+    exist; a no-op off glibc.
+    """
+    if "MALLOC_ARENA_MAX" in os.environ:
+        return  # glibc read it at start-up
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+    except OSError:
+        return
+    M_ARENA_MAX = -8  # from glibc's malloc.h
+    libc.mallopt(M_ARENA_MAX, arenas)
+
+
 def serve_command(settings: Settings) -> int:
     # Whisper, llama.cpp and Piper share a few cores. OpenMP's default spin-wait
     # burns a core while one engine waits for the next parallel region, starving
@@ -46,6 +66,7 @@ def serve_command(settings: Settings) -> int:
     # instead of 505 ms beside another busy server (2026-11-22, 2 cores). Read when
     # the libraries load, so set before any engine is imported; an explicit setting wins.
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    cap_malloc_arenas()
     import uvicorn
 
     from . import log

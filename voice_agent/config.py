@@ -188,8 +188,12 @@ class Settings:
     )
     # Two threads: Piper's first sentence took 118 ms instead of 208 ms with one.
     tts_threads: int = _opt(2, "onnxruntime threads per Piper synthesis.", "tts")
+    # 120 ms: what a client still plays after the agent pauses for a barge-in,
+    # so it counts in full in the stop time (scripts/bargein_eval); it still
+    # covers the jitter of a WebSocket on a decent network, and the browser's
+    # jitter buffer starts from it (docs/web.md).
     output_lead_ms: int = _opt(
-        200,
+        120,
         "How far agent audio may run ahead of real time; bounds how long "
         "the client keeps playing after an interruption.",
         "tts",

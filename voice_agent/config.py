@@ -110,9 +110,11 @@ class Settings:
         "resumes if they are only backchannels, or if the speech ends before this.",
         "turn",
     )
+    # Fillers too: alone, "uh" is what Whisper makes of a short "uh-huh"; a user who
+    # goes on is checked again every 160 ms of speech, and stopped at --barge-in-force-ms.
     barge_in_backchannels: str = _opt(
         "yeah,yes,yep,yup,mm,mmm,mhm,mhmm,mmhmm,mm hm,mm hmm,hm,hmm,uh huh,okay,ok,right,sure,i see,got it,"
-        "cool,nice,wow,oh",
+        "cool,nice,wow,oh,ah,uh,um,er",
         "Comma-separated words that do not interrupt the agent when they are all the user said "
         "over it (checked with STT). Empty: any speech past --barge-in-min-speech-ms interrupts.",
         "turn",

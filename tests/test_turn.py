@@ -11,7 +11,8 @@ from voice_agent.turn import Completeness, TurnDetector, classify
         ("That's what I like.", Completeness.COMPLETE),
         ("I'd like a table for", Completeness.INCOMPLETE),
         ("I'd like a table for.", Completeness.INCOMPLETE),  # Whisper adds a full stop anyway
-        ("My number is 555.", Completeness.INCOMPLETE),
+        ("My number is 555", Completeness.INCOMPLETE),
+        ("My number is 555.", Completeness.UNKNOWN),  # as likely done: "We arrive at 730."
         ("I want to go to...", Completeness.INCOMPLETE),
         ("Um.", Completeness.INCOMPLETE),
         ("and the", Completeness.INCOMPLETE),
@@ -31,7 +32,6 @@ def test_silence_needed_depends_on_the_transcript():
     assert detector.is_turn_over(620, "hello there")
     assert not detector.is_turn_over(1000, "I want to go to")
     assert detector.is_turn_over(1250, "I want to go to")
-    assert detector.min_silence_ms == 300
 
 
 def test_max_turn_length_ends_the_turn_without_silence():

@@ -30,7 +30,7 @@ _WORD = re.compile(r"[\w']+")
 class SentenceChunker:
     """Feed text deltas with :meth:`push`; call :meth:`flush` at the end of the stream."""
 
-    def __init__(self, first_chunk_min_words: int = 3):
+    def __init__(self, first_chunk_min_words: int = 2):
         self.first_chunk_min_words = first_chunk_min_words
         self._buffer = ""
         self._emitted = 0

@@ -66,7 +66,7 @@ class Reply:
         emit: Callable[[OutputEvent], None],
         turn: int,
         user_text: str,
-        first_chunk_min_words: int = 3,
+        first_chunk_min_words: int = 2,
         on_first_audio: Callable[["Reply"], None] | None = None,
         held: bool = False,
         clock: Callable[[], float] = time.monotonic,

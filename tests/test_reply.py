@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 
 import numpy as np
+import pytest
 
 from voice_agent.protocols.events import AgentAudio
 from voice_agent.reply import Reply
@@ -61,3 +62,36 @@ async def test_the_llm_waits_while_the_first_chunk_is_synthesized():
     assert log.index("token I") > first_done
     assert reply.text == "Sure, I can. Here is more. And more."
     assert sum(len(e.samples) for e in events if isinstance(e, AgentAudio)) == 4 * RATE // 10  # four chunks, 100 ms each
+
+
+async def test_cancelling_while_the_first_chunk_is_synthesized_closes_the_llm_stream_at_once():
+    # The LLM backend frees its model instance when its stream closes; a stream
+    # left for the garbage collector would free it while its worker still runs.
+    log: list[str] = []
+    reply = Reply(
+        llm=ClosingLLM("Sure, I can. Here is more.", log),
+        tts=SlowTTS(log, seconds=1.0),
+        messages=[],
+        output_rate=RATE,
+        lead_s=10.0,
+        emit=lambda event: None,
+        turn=1,
+        user_text="hi",
+        first_chunk_min_words=1,
+    )
+    running = asyncio.create_task(reply.run())
+    while "synthesize Sure," not in log:
+        await asyncio.sleep(0.01)
+    running.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await running
+    assert log[-1] == "stream closed"
+
+
+class ClosingLLM(RecordingLLM):
+    async def stream_chat(self, messages):
+        try:
+            async for delta in super().stream_chat(messages):
+                yield delta
+        finally:
+            self.log.append("stream closed")

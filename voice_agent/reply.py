@@ -15,6 +15,7 @@ and no frame is emitted after the cancellation.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from dataclasses import dataclass
 from typing import Callable
@@ -114,13 +115,16 @@ class Reply:
 
     async def _generate(self, chunks: asyncio.Queue) -> None:
         self.timings.request_at = self._clock()
-        async for delta in self._llm.stream_chat(self._messages):
-            if self.timings.llm_ttft_ms is None:
-                self.timings.llm_ttft_ms = self._ms_since(self.timings.request_at)
-            for chunk in self._chunker.push(delta):
-                self._put_chunk(chunks, chunk)
-            if self.timings.first_chunk_ms is not None:
-                await self._first_chunk_synthesized.wait()
+        stream = self._llm.stream_chat(self._messages)
+        # Closed at once when the reply is cancelled at a wait below, which is outside the stream.
+        async with contextlib.aclosing(stream):
+            async for delta in stream:
+                if self.timings.llm_ttft_ms is None:
+                    self.timings.llm_ttft_ms = self._ms_since(self.timings.request_at)
+                for chunk in self._chunker.push(delta):
+                    self._put_chunk(chunks, chunk)
+                if self.timings.first_chunk_ms is not None:
+                    await self._first_chunk_synthesized.wait()
         for chunk in self._chunker.flush():
             self._put_chunk(chunks, chunk)
         chunks.put_nowait(None)

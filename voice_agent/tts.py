@@ -8,6 +8,7 @@ sentence, so the first audio of a chunk is its whole audio.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import re
@@ -69,8 +70,10 @@ class PiperTTS:
         text = speakable(text)
         if not text:
             return
-        async for audio in iterate_in_thread(lambda: self._synthesize(text), self._executor):
-            yield audio
+        pieces = iterate_in_thread(lambda: self._synthesize(text), self._executor)
+        async with contextlib.aclosing(pieces):  # closing this stream stops the worker now
+            async for audio in pieces:
+                yield audio
 
     async def warm_up(self) -> None:
         async for _ in self.synthesize("Hello there."):

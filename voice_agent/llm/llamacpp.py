@@ -15,6 +15,7 @@ longest prefix with it: a session's next turn usually finds its own cache.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 from concurrent.futures import ThreadPoolExecutor
@@ -100,10 +101,13 @@ class LlamaCppBackend:
             deltas = iterate_in_thread(
                 lambda: self._generate(instance.llama, messages), self._executor, ahead=TOKENS_AHEAD
             )
-            async for delta in deltas:
-                yield delta
+            # Closed explicitly: when this stream is closed early, the worker must
+            # have stopped before the instance goes back to the pool, not whenever
+            # the garbage collector finalizes the inner generator.
+            async with contextlib.aclosing(deltas):
+                async for delta in deltas:
+                    yield delta
         finally:
-            # iterate_in_thread has waited for the worker, so the instance is free.
             self._idle.append(instance)
             self._available.release()
 

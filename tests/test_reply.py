@@ -95,3 +95,21 @@ class ClosingLLM(RecordingLLM):
                 yield delta
         finally:
             self.log.append("stream closed")
+
+
+async def test_an_answer_ends_at_its_first_repeated_sentence():
+    log: list[str] = []
+    events: list = []
+    reply = Reply(
+        llm=RecordingLLM("I'm not. Sorry about that. I'm not. I'm not. I'm not. I'm not.", log),
+        tts=SlowTTS(log, seconds=0.01),
+        messages=[],
+        output_rate=RATE,
+        lead_s=10.0,
+        emit=events.append,
+        turn=1,
+        user_text="hi",
+    )
+    await asyncio.wait_for(reply.run(), 5)
+    assert reply.text == "I'm not. Sorry about that."
+    assert "token not." in log and log.count("token I'm") == 2  # generation stopped at the repeat

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 import time
 from dataclasses import dataclass
 from typing import Callable
@@ -30,6 +31,7 @@ from .protocols.events import AgentAudio, Mark, OutputEvent, Transcript
 from .tts import PiperTTS
 
 FRAME_MS = 20
+_WORDS = re.compile(r"[\w']+")
 
 
 @dataclass
@@ -116,23 +118,36 @@ class Reply:
     async def _generate(self, chunks: asyncio.Queue) -> None:
         self.timings.request_at = self._clock()
         stream = self._llm.stream_chat(self._messages)
+        said: set[str] = set()
         # Closed at once when the reply is cancelled at a wait below, which is outside the stream.
         async with contextlib.aclosing(stream):
             async for delta in stream:
                 if self.timings.llm_ttft_ms is None:
                     self.timings.llm_ttft_ms = self._ms_since(self.timings.request_at)
-                for chunk in self._chunker.push(delta):
-                    self._put_chunk(chunks, chunk)
+                if not all(self._put_chunk(chunks, chunk, said) for chunk in self._chunker.push(delta)):
+                    break
                 if self.timings.first_chunk_ms is not None:
                     await self._first_chunk_synthesized.wait()
-        for chunk in self._chunker.flush():
-            self._put_chunk(chunks, chunk)
+            else:
+                for chunk in self._chunker.flush():
+                    self._put_chunk(chunks, chunk, said)
         chunks.put_nowait(None)
 
-    def _put_chunk(self, chunks: asyncio.Queue, text: str) -> None:
+    def _put_chunk(self, chunks: asyncio.Queue, text: str, said: set[str]) -> bool:
+        """Queue ``text`` for synthesis; False if the answer already said it.
+
+        Small models fall into loops ("I'm not. I'm not. I'm not. ..."): an
+        answer ends at its first repeated chunk instead of talking for a minute
+        and filling the history, and so every later prompt, with the loop.
+        """
+        key = " ".join(_WORDS.findall(text.lower()))
+        if key in said:
+            return False
+        said.add(key)
         if self.timings.first_chunk_ms is None:
             self.timings.first_chunk_ms = self._ms_since(self.timings.request_at)
         chunks.put_nowait(text)
+        return True
 
     async def _synthesize(self, chunks: asyncio.Queue, audio: asyncio.Queue) -> None:
         index = 0

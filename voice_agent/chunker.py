@@ -27,6 +27,11 @@ MAX_CHUNK_CHARS = 220
 _WORD = re.compile(r"[\w']+")
 
 
+def words(text: str) -> list[str]:
+    """The words of ``text``, as the chunker counts them."""
+    return _WORD.findall(text)
+
+
 class SentenceChunker:
     """Feed text deltas with :meth:`push`; call :meth:`flush` at the end of the stream."""
 
@@ -67,8 +72,8 @@ class SentenceChunker:
             elif char == "\n":
                 return i + 1
             elif char in CLAUSE_END and i + 1 < len(text) and text[i + 1].isspace():
-                words = len(_WORD.findall(text[:i]))
-                if (clause_allowed and words >= self.first_chunk_min_words) or i >= MAX_CHUNK_CHARS:
+                count = len(words(text[:i]))
+                if (clause_allowed and count >= self.first_chunk_min_words) or i >= MAX_CHUNK_CHARS:
                     return i + 1
         return None
 

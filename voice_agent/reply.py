@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import re
 import time
 from dataclasses import dataclass
 from typing import Callable
@@ -24,14 +23,13 @@ from typing import Callable
 import numpy as np
 
 from .audio import StreamResampler
-from .chunker import SentenceChunker
+from .chunker import SentenceChunker, words
 from .llm.base import LLMBackend, Message
 from .pacing import PlaybackClock
 from .protocols.events import AgentAudio, Mark, OutputEvent, Transcript
 from .tts import PiperTTS
 
 FRAME_MS = 20
-_WORDS = re.compile(r"[\w']+")
 
 
 @dataclass
@@ -140,7 +138,7 @@ class Reply:
         answer ends at its first repeated chunk instead of talking for a minute
         and filling the history, and so every later prompt, with the loop.
         """
-        key = " ".join(_WORDS.findall(text.lower()))
+        key = " ".join(words(text.lower()))
         if key in said:
             return False
         said.add(key)

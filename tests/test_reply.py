@@ -41,20 +41,15 @@ class SlowTTS:
         yield np.full(RATE // 10, 0.2, dtype=np.float32)
 
 
+def make_reply(llm, tts, emit=lambda event: None, **options) -> Reply:
+    return Reply(llm=llm, tts=tts, messages=[], output_rate=RATE, lead_s=10.0, emit=emit, turn=1, user_text="hi", **options)
+
+
 async def test_the_llm_waits_while_the_first_chunk_is_synthesized():
     log: list[str] = []
     events: list = []
-    reply = Reply(
-        llm=RecordingLLM("Sure, I can. Here is more. And more.", log),
-        tts=SlowTTS(log),
-        messages=[],
-        output_rate=RATE,
-        lead_s=10.0,
-        emit=events.append,
-        turn=1,
-        user_text="hi",
-        first_chunk_min_words=1,
-    )
+    reply = make_reply(RecordingLLM("Sure, I can. Here is more. And more.", log), SlowTTS(log), events.append,
+                       first_chunk_min_words=1)
     await asyncio.wait_for(reply.run(), 5)
     first_done = log.index("synthesized Sure,")
     # "Sure, " closes the first chunk; no other token is read until its audio exists.
@@ -68,17 +63,7 @@ async def test_cancelling_while_the_first_chunk_is_synthesized_closes_the_llm_st
     # The LLM backend frees its model instance when its stream closes; a stream
     # left for the garbage collector would free it while its worker still runs.
     log: list[str] = []
-    reply = Reply(
-        llm=ClosingLLM("Sure, I can. Here is more.", log),
-        tts=SlowTTS(log, seconds=1.0),
-        messages=[],
-        output_rate=RATE,
-        lead_s=10.0,
-        emit=lambda event: None,
-        turn=1,
-        user_text="hi",
-        first_chunk_min_words=1,
-    )
+    reply = make_reply(ClosingLLM("Sure, I can. Here is more.", log), SlowTTS(log, seconds=1.0), first_chunk_min_words=1)
     running = asyncio.create_task(reply.run())
     while "synthesize Sure," not in log:
         await asyncio.sleep(0.01)
@@ -99,16 +84,8 @@ class ClosingLLM(RecordingLLM):
 
 async def test_an_answer_ends_at_its_first_repeated_sentence():
     log: list[str] = []
-    events: list = []
-    reply = Reply(
-        llm=RecordingLLM("I'm not. Sorry about that. I'm not. I'm not. I'm not. I'm not.", log),
-        tts=SlowTTS(log, seconds=0.01),
-        messages=[],
-        output_rate=RATE,
-        lead_s=10.0,
-        emit=events.append,
-        turn=1,
-        user_text="hi",
+    reply = make_reply(
+        RecordingLLM("I'm not. Sorry about that. I'm not. I'm not. I'm not. I'm not.", log), SlowTTS(log, seconds=0.01)
     )
     await asyncio.wait_for(reply.run(), 5)
     assert reply.text == "I'm not. Sorry about that."

@@ -168,7 +168,6 @@ def soak(args, url: str, out: Path, server: subprocess.Popen) -> dict:
     finally:
         sampler.stop()
     samples = sampler.samples
-    warm = [rss for at, rss in samples if at <= args.soak_warmup_s] or [samples[0][1]]
     first = [rss for at, rss in samples if args.soak_warmup_s <= at <= args.soak_warmup_s + RSS_WINDOW_S]
     last_start = samples[-1][0] - RSS_WINDOW_S if samples else 0
     last = [rss for at, rss in samples if at >= last_start]
@@ -177,7 +176,7 @@ def soak(args, url: str, out: Path, server: subprocess.Popen) -> dict:
         "seconds": round(time.monotonic() - started, 1),
         "sessions": args.soak_sessions,
         "warmup_seconds": args.soak_warmup_s,
-        "rss_start_mb": warm[0],
+        "rss_start_mb": samples[0][1],
         "passes": len(passes),
         "turns": sum((p["summary"] or {}).get("turns", 0) for p in passes),
         "failed_runs": sum(_failed(p) for p in passes),

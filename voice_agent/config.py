@@ -43,9 +43,9 @@ class Settings:
     )
     stt_device: str = _opt("cpu", "Device for faster-whisper: cpu, cuda or auto.", "stt")
     stt_compute_type: str = _opt("int8", "CTranslate2 compute type, e.g. int8, float16.", "stt")
-    # One thread: tiny.en on a 2 s utterance took 143 ms with 1 thread and 141 ms
-    # with 2 on this 2-core CPU, so the second core stays free for the LLM or TTS.
-    stt_threads: int = _opt(1, "CPU threads per faster-whisper call.", "stt")
+    # Two threads: a 3 s utterance took 81 ms with 2 and 129 ms with 1 on this
+    # 2-core CPU, once numpy's own BLAS thread stopped spinning beside it (stt.py).
+    stt_threads: int = _opt(2, "CPU threads per faster-whisper call.", "stt")
     stt_workers: int = _opt(
         2, "Concurrent faster-whisper calls across all sessions.", "stt"
     )
@@ -167,7 +167,15 @@ class Settings:
     system_prompt: str = _opt(DEFAULT_SYSTEM_PROMPT, "System prompt for every session.", "llm")
     llm_max_tokens: int = _opt(120, "Maximum tokens in one answer.", "llm")
     llm_temperature: float = _opt(0.3, "Sampling temperature.", "llm")
-    llm_threads: int = _opt(2, "CPU threads per llama.cpp generation.", "llm")
+    # Prompts are evaluated in batches, which spread over cores (54 tokens: 3.6 ms
+    # a token with 2 threads, 7.0 with 1); generating is one token at a time, and
+    # llama.cpp's second thread meets the first at an OpenMP barrier after every
+    # operation. With passive waits that costs as much as it saves (11.6 ms a token
+    # with 2 threads, 12.0 with 1), and beside a Whisper call the barriers wait for
+    # a descheduled thread: 17.2 ms a token with 2 threads, 12.3 with 1, while
+    # Whisper took 208 ms beside the 2-thread generation and 168 beside the 1-thread one.
+    llm_threads: int = _opt(1, "CPU threads per llama.cpp generation while it generates tokens.", "llm")
+    llm_prompt_threads: int = _opt(2, "CPU threads per llama.cpp generation while it evaluates the prompt.", "llm")
     llm_context: int = _opt(
         2048, "Context length in tokens (llama.cpp n_ctx, vLLM max_model_len).", "llm"
     )

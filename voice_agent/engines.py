@@ -42,6 +42,7 @@ def create_llm(settings: Settings) -> LLMBackend:
             settings.llm_model,
             instances=settings.llm_instances,
             threads=settings.llm_threads,
+            prompt_threads=settings.llm_prompt_threads,
             context=settings.llm_context,
             max_tokens=settings.llm_max_tokens,
             temperature=settings.llm_temperature,

@@ -12,6 +12,13 @@ one window) are encoded in a shorter one: ``window_s`` or the audio plus 2 s,
 whichever is longer. Measured with scripts/stt_window: a 10 s window gives
 the same words as 30 s on our test utterances at a third to a fifth of the
 cost, while windows under about 5 s make the decoder loop ("yes yes yes").
+
+Loading the model limits numpy's BLAS (OpenBLAS) to one thread for the whole
+process. The log-mel features are a numpy matrix product, and OpenBLAS's extra
+thread busy-waits for new work after each one, holding a core that the
+encoder right after it needed: a 3 s utterance took 134 ms with 2 CTranslate2
+threads and 81 ms with OpenBLAS at one thread (2 cores, 2026-11-22). Nothing
+in the pipeline has matrices large enough for a second BLAS thread to pay.
 """
 
 from __future__ import annotations
@@ -63,6 +70,9 @@ class WhisperSTT:
     ):
         from faster_whisper import WhisperModel
         from faster_whisper.tokenizer import Tokenizer
+        from threadpoolctl import threadpool_limits
+
+        threadpool_limits(1, user_api="blas")
 
         self.model_name = model or default_model_path()
         log.info("loading STT %s (%s, %s)", self.model_name, device, compute_type)

@@ -58,7 +58,8 @@ class LlamaCppBackend:
         model_path: str = "",
         *,
         instances: int = 2,
-        threads: int = 2,
+        threads: int = 1,
+        prompt_threads: int = 2,
         context: int = 2048,
         max_tokens: int = 120,
         temperature: float = 0.3,
@@ -78,7 +79,7 @@ class LlamaCppBackend:
                     model_path=self.model_path,
                     n_ctx=context,
                     n_threads=threads,
-                    n_threads_batch=threads,
+                    n_threads_batch=prompt_threads,
                     use_mmap=True,
                     verbose=False,
                 ))

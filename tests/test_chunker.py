@@ -59,3 +59,35 @@ def test_very_long_sentence_splits_at_a_clause():
     chunks = chunk_stream("First sentence here. " + sentence, first_words=50)
     assert chunks[0] == "First sentence here."
     assert len(chunks) == 3 and chunks[1].endswith("more,") and chunks[2].endswith("end.")
+
+
+def phrase_chunks(text: str, step: int = 2) -> list[str]:
+    chunker = SentenceChunker(2, phrase_breaks=True)
+    chunks = []
+    for start in range(0, len(text), step):
+        chunks += chunker.push(text[start : start + step])
+    return chunks + chunker.flush()
+
+
+def test_first_chunk_may_end_before_a_phrase():
+    assert phrase_chunks("I'm sorry for any confusion, but I can help. Sure.") == [
+        "I'm sorry",
+        "for any confusion, but I can help.",
+        "Sure.",
+    ]
+    assert phrase_chunks("I'm not available on Sundays. Thanks.") == ["I'm not available", "on Sundays.", "Thanks."]
+
+
+def test_phrase_break_needs_enough_words_and_a_whole_word():
+    assert phrase_chunks("Yes, I'm open tonight.") == ["Yes, I'm open tonight."]
+    assert phrase_chunks("Open for lunch.") == ["Open for lunch."]  # one word before "for"
+    assert phrase_chunks("I forty two and more.") == ["I forty two", "and more."]  # "forty" is not "for"
+    chunker = SentenceChunker(2, phrase_breaks=True)
+    assert chunker.push("We are open fo") == []
+    assert chunker.push("r") == []  # "for" or "fork"? the next character tells
+    assert chunker.push(" you.") == ["We are open"]
+
+
+def test_phrase_breaks_only_split_the_first_chunk():
+    assert phrase_chunks("Sure. I can help with that on Monday.") == ["Sure.", "I can help with that on Monday."]
+    assert chunk_stream("I'm sorry for the wait.", first_words=2) == ["I'm sorry for the wait."]  # off by default

@@ -4,6 +4,12 @@ The first chunk may end at a clause (a comma, colon, semicolon or dash) once
 it has a few words, so speech starts early; later chunks are whole sentences,
 which Piper phrases better. A boundary is only accepted once the character
 after the punctuation is seen, so "3.14", "1,000" and "e.g." never split.
+
+With ``phrase_breaks``, the first chunk may also end where a phrase begins
+without punctuation: before "for" in "I'm sorry for any confusion," or before
+"on" in "I'm not available on Sundays." Piper's time for the first chunk and
+the tokens the LLM must write before it both grow with its words, and the
+first chunk is the one the user waits for; the rest is synthesized while it plays.
 """
 
 from __future__ import annotations
@@ -26,6 +32,16 @@ MAX_CHUNK_CHARS = 220
 
 _WORD = re.compile(r"[\w']+")
 
+# Words that begin a phrase (prepositions, conjunctions, relatives): a listener
+# hears a small pause before them as natural phrasing.
+PHRASE_STARTS = frozenset(
+    """for to with without in on at by from of about into over after before
+    until since during than like and but or so because if unless although though
+    when while where which who that as""".split()
+)
+# A whole word after a space: the character after it must have arrived ("for" is not "forty").
+_NEXT_WORD = re.compile(r"\s+([\w']+)(?=[^\w'])")
+
 
 def words(text: str) -> list[str]:
     """The words of ``text``, as the chunker counts them."""
@@ -35,8 +51,9 @@ def words(text: str) -> list[str]:
 class SentenceChunker:
     """Feed text deltas with :meth:`push`; call :meth:`flush` at the end of the stream."""
 
-    def __init__(self, first_chunk_min_words: int = 2):
+    def __init__(self, first_chunk_min_words: int = 2, phrase_breaks: bool = False):
         self.first_chunk_min_words = first_chunk_min_words
+        self.phrase_breaks = phrase_breaks
         self._buffer = ""
         self._emitted = 0
 
@@ -64,7 +81,10 @@ class SentenceChunker:
         """Index just past the first acceptable boundary in the buffer, or None."""
         text = self._buffer
         clause_allowed = self._emitted == 0
+        phrase = self._phrase_break(text) if clause_allowed and self.phrase_breaks else None
         for i, char in enumerate(text):
+            if i == phrase:
+                return i
             if char in SENTENCE_END:
                 end = _skip_closers(text, i + 1)
                 if end < len(text) and text[end].isspace() and not _is_abbreviation(text, i):
@@ -75,6 +95,13 @@ class SentenceChunker:
                 count = len(words(text[:i]))
                 if (clause_allowed and count >= self.first_chunk_min_words) or i >= MAX_CHUNK_CHARS:
                     return i + 1
+        return None
+
+    def _phrase_break(self, text: str) -> int | None:
+        """Index of the space before the first phrase start with enough words before it, or None."""
+        for match in _NEXT_WORD.finditer(text):
+            if match.group(1).lower() in PHRASE_STARTS and len(words(text[: match.start()])) >= self.first_chunk_min_words:
+                return match.start()
         return None
 
 

@@ -68,6 +68,7 @@ class Reply:
         turn: int,
         user_text: str,
         first_chunk_min_words: int = 2,
+        phrase_breaks: bool = False,
         on_first_audio: Callable[["Reply"], None] | None = None,
         held: bool = False,
         clock: Callable[[], float] = time.monotonic,
@@ -80,7 +81,7 @@ class Reply:
         self._emit = emit
         self._on_first_audio = on_first_audio
         self._clock = clock
-        self._chunker = SentenceChunker(first_chunk_min_words)
+        self._chunker = SentenceChunker(first_chunk_min_words, phrase_breaks)
         self.turn = turn
         self.user_text = user_text
         self.playback = PlaybackClock(lead_s, clock)

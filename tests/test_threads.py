@@ -38,9 +38,20 @@ async def test_ahead_stops_the_computation_while_the_consumer_pauses():
     items = iterate_in_thread(producer, ahead=2)
     assert await anext(items) == 0
     await asyncio.sleep(0.2)
-    # Two delivered but not taken, plus the one in the worker's hand.
-    assert producer.produced <= 4
+    # The one asked for and two ahead; the worker waits before computing a fourth.
+    assert producer.produced == 3
     assert [item async for item in items] == list(range(1, producer.total))
+
+
+async def test_ahead_zero_computes_only_what_was_asked_for():
+    producer = Counting()
+    items = iterate_in_thread(producer, ahead=0)
+    assert await anext(items) == 0
+    await asyncio.sleep(0.2)
+    assert producer.produced == 1
+    assert await anext(items) == 1
+    await items.aclose()
+    assert producer.produced == 2
 
 
 async def test_a_consumer_that_goes_away_frees_a_worker_waiting_for_room():

@@ -34,9 +34,10 @@ async def iterate_in_thread(
     closes the iterator; the returned generator waits for that, so whatever
     the worker holds (a model instance) is free once this generator is closed.
 
-    ``ahead`` bounds how many items the worker may compute that the consumer
-    has not taken yet; past it the worker waits. A consumer that stops pulling
-    for a while thus stops the computation and frees its CPU cores.
+    ``ahead`` bounds how many items the worker may compute before the consumer
+    asks for them; past it the worker waits before computing the next one
+    (0: only what was asked for). A consumer that stops pulling for a while
+    thus stops the computation and frees its CPU cores.
     """
     loop = asyncio.get_running_loop()
     queue: asyncio.Queue = asyncio.Queue()
@@ -71,8 +72,10 @@ async def iterate_in_thread(
     def produce_all() -> None:
         iterator = produce()
         try:
-            for item in iterator:
-                if stop.is_set() or not wait_for_room():
+            # Room first: the item is computed inside next(), and waiting after it would waste that work's cores.
+            while not stop.is_set() and wait_for_room():
+                item = next(iterator, _END)
+                if item is _END or stop.is_set():
                     break
                 deliver(item)
         except BaseException as exc:  # handed to the consumer, raised there
@@ -87,13 +90,13 @@ async def iterate_in_thread(
     worker = loop.run_in_executor(executor, work)
     try:
         while True:
+            if room is not None:
+                room.release()  # asks for one more item
             item, error = await queue.get()
             if item is _END:
                 if error is not None:
                     raise error
                 return
-            if room is not None:
-                room.release()
             yield item
     finally:
         stop.set()

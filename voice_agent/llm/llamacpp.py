@@ -27,7 +27,10 @@ from .base import Message
 
 log = logging.getLogger(__name__)
 
-TOKENS_AHEAD = 2
+# One token computed before it is asked for hides the hop to the event loop;
+# more would run beside Piper while the reply synthesizes its first chunk and
+# does not read (iterate_in_thread computes nothing past this).
+TOKENS_AHEAD = 1
 
 
 def default_model_path() -> str:

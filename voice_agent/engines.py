@@ -46,6 +46,7 @@ def create_llm(settings: Settings) -> LLMBackend:
             context=settings.llm_context,
             max_tokens=settings.llm_max_tokens,
             temperature=settings.llm_temperature,
+            q8_0=settings.llm_requantize == "q8_0" or (settings.llm_requantize == "auto" and not settings.llm_model),
         )
     if settings.llm == "vllm":
         from .llm.vllm_engine import VLLMBackend

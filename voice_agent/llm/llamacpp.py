@@ -24,6 +24,7 @@ from typing import Any, AsyncIterator, Iterator
 
 from ..threads import iterate_in_thread
 from .base import Message
+from .requantize import q8_0_copy
 
 log = logging.getLogger(__name__)
 
@@ -66,10 +67,13 @@ class LlamaCppBackend:
         context: int = 2048,
         max_tokens: int = 120,
         temperature: float = 0.3,
+        q8_0: bool = False,
     ):
         from llama_cpp import Llama
 
         self.model_path = model_path or default_model_path()
+        if q8_0:
+            self.model_path = q8_0_copy(self.model_path)
         self.max_tokens = max_tokens
         self.temperature = temperature
         self._executor = ThreadPoolExecutor(instances, thread_name_prefix="llm")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 
 import pytest
@@ -51,3 +52,60 @@ def test_q8_0_copy_falls_back_to_the_original_where_it_cannot_write(tmp_path, ca
     blocked.write_text("not a folder")
     assert q8_0_copy(default_model_path(), blocked / "cache") == default_model_path()
     assert "using it as it is" in caplog.text
+
+
+HISTORY = [
+    {"role": "system", "content": "You are a helpful assistant."},
+    {"role": "user", "content": "Tell me about the weather where you are."},
+    {"role": "assistant", "content": "It is sunny and warm here, with a light breeze from the sea. " * 6},
+]
+QUESTION = {"role": "user", "content": "And tomorrow?"}
+
+
+def record_evaluations(backend: LlamaCppBackend) -> list[list[int]]:
+    """Per instance, how many tokens each llama.cpp evaluation took in."""
+    counts: list[list[int]] = []
+    for instance in backend._instances:
+        calls: list[int] = []
+        original = instance.llama.eval
+        instance.llama.eval = lambda tokens, original=original, calls=calls: (calls.append(len(tokens)), original(tokens))[1]
+        counts.append(calls)
+    return counts
+
+
+@pytest.fixture(scope="module")
+def pool():
+    return LlamaCppBackend(instances=2, max_tokens=3, temperature=0.0)
+
+
+async def test_after_prefill_an_answer_evaluates_only_the_question(pool):
+    counts = record_evaluations(pool)
+    await pool.prefill(HISTORY)
+    prefilled = [i for i, calls in enumerate(counts) if calls]
+    assert len(prefilled) == 1 and counts[prefilled[0]][0] > 100  # the history, once
+    for calls in counts:
+        calls.clear()
+    answer = [delta async for delta in pool.stream_chat([*HISTORY, QUESTION])]
+    assert answer
+    # The same instance answered, and its first evaluation was only the new turn's tokens.
+    assert counts[prefilled[0]] and counts[prefilled[0]][0] < 20
+    assert not counts[1 - prefilled[0]]
+
+
+async def test_an_answer_waits_for_the_instance_that_is_prefilling_its_prompt(pool):
+    history = [*HISTORY[:2], {"role": "assistant", "content": "Rain, mostly, and a cold wind from the north. " * 12}]
+    counts = record_evaluations(pool)
+    prefilling = asyncio.create_task(pool.prefill(history))
+    while pool.idle_instances == 2:
+        await asyncio.sleep(0.001)
+    answer = [delta async for delta in pool.stream_chat([*history, QUESTION])]
+    assert answer and prefilling.done()
+    used = [i for i, calls in enumerate(counts) if calls]
+    assert len(used) == 1  # not evaluated a second time on the idle instance
+    assert counts[used[0]][0] > 100 and max(counts[used[0]][1:]) < 20
+
+
+async def test_prefill_keeps_an_instance_free_for_answers(llm):
+    counts = record_evaluations(llm)  # one instance only
+    await llm.prefill(HISTORY)
+    assert counts == [[]]

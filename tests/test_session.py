@@ -62,8 +62,12 @@ class FakeLLM:
         self.answer = answer
         self.delay = delay
         self.requests: list[list[dict]] = []
+        self.prefilled: list[list[dict]] = []
         self.closed = 0
         self.finished = 0
+
+    async def prefill(self, messages):
+        self.prefilled.append(messages)
 
     async def stream_chat(self, messages):
         self.requests.append(messages)
@@ -143,6 +147,9 @@ async def test_a_turn_gets_a_spoken_answer_and_enters_history():
         {"role": "assistant", "content": "One two three. Four five six seven eight nine ten."},
     ]
     assert h.llm.closed == 1 and h.llm.finished == 1
+    # The next prompt's beginning goes to the LLM's cache while the user speaks again.
+    await h.until(lambda: h.llm.prefilled)
+    assert h.llm.prefilled == [[{"role": "system", "content": h.settings.system_prompt}, *h.session.history]]
     await h.session.close()
 
 

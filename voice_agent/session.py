@@ -130,6 +130,7 @@ class Session:
         self._reply: Reply | None = None
         self._pending_start: int | None = None  # audio of a turn whose answer never began
         self.history: list[dict[str, str]] = []
+        self._prefill: asyncio.Task | None = None
         self.closed = False
 
     @property
@@ -428,10 +429,11 @@ class Session:
         turn.preemptive_upto = -1
 
     def _messages(self, text: str) -> list[dict[str, str]]:
-        messages = [{"role": "system", "content": self.system_prompt}]
-        messages += recent_history(self.history, self.settings.history_turns)
-        messages.append({"role": "user", "content": text})
-        return messages
+        return [*self._prompt_prefix(), {"role": "user", "content": text}]
+
+    def _prompt_prefix(self) -> list[dict[str, str]]:
+        """The system prompt and the history that the next question is asked after."""
+        return [{"role": "system", "content": self.system_prompt}, *recent_history(self.history, self.settings.history_turns)]
 
     def _new_reply(
         self, turn: int, user_text: str, llm, messages: list, metrics: TurnMetrics | None, held: bool = False
@@ -483,6 +485,15 @@ class Session:
         if reply.user_text:  # a greeting answers nobody
             self.history.append({"role": "user", "content": reply.user_text})
         self.history.append({"role": "assistant", "content": heard})
+        if self._prefill is None or self._prefill.done():
+            self._prefill = asyncio.create_task(self._prefill_next_prompt())
+
+    async def _prefill_next_prompt(self) -> None:
+        """Let the LLM evaluate the next prompt's system prompt and history while the user listens or speaks."""
+        try:
+            await self.engines.llm.prefill(self._prompt_prefix())
+        except Exception:  # only a hint: the next answer evaluates it instead
+            log.exception("session %s: prefilling the LLM cache failed", self.id)
 
     def _report(self, reply: Reply, metrics: TurnMetrics) -> None:
         self._pending_start = None
@@ -556,7 +567,7 @@ class Session:
     async def close(self) -> None:
         """Stop everything this session started."""
         self.closed = True
-        tasks = [t for t in (self._respond_task, self._partial_task) if t is not None]
+        tasks = [t for t in (self._respond_task, self._partial_task, self._prefill) if t is not None]
         if self._turn is not None:
             turn = self._turn
             tasks += [t for t in (turn.speculative, turn.preemptive_task, turn.barge_check) if t is not None]

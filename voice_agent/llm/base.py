@@ -19,6 +19,14 @@ class LLMBackend(Protocol):
         """Stream the assistant's reply to ``messages`` as text deltas."""
         ...
 
+    async def prefill(self, messages: list[Message]) -> None:
+        """Make a later request that starts with ``messages`` quicker, if the backend can.
+
+        A hint, called with the system prompt and history between turns:
+        a backend without a cache to fill in advance returns at once.
+        """
+        ...
+
     async def warm_up(self) -> None:
         """Pay one-time costs (first evaluation, caches) before the first user."""
         ...

@@ -144,6 +144,9 @@ class OpenAICompatBackend:
                 f"{self.base_url}/models did not name a model ({_describe(exc)}); set --llm-model"
             ) from exc
 
+    async def prefill(self, messages: list[Message]) -> None:
+        """Nothing: an extra request per turn would cost every gateway's endpoint more than the server's own prefix cache saves."""
+
     async def warm_up(self) -> None:
         # Checks the endpoint and model before the first user, and opens a pooled connection.
         async for _ in self.stream_chat([{"role": "user", "content": "Say hello."}]):

@@ -138,6 +138,9 @@ class VLLMBackend:
                 await self.engine.abort(request_id)
             await outputs.aclose()
 
+    async def prefill(self, messages: list[Message]) -> None:
+        """Nothing: vLLM's prefix cache keeps the history of the last request, and a GPU evaluates a new prefix in milliseconds."""
+
     async def warm_up(self) -> None:
         async for _ in self.stream_chat([{"role": "user", "content": "Say hello."}]):
             pass

@@ -61,8 +61,12 @@ class Settings:
         500, "Minimum new speech between two partial transcripts.", "stt"
     )
 
+    # 64 ms, two VAD windows: with Whisper at 2 threads (about 115 ms per final
+    # transcript in the benchmark) the answer is then ready by the time a complete
+    # sentence's 350 ms of silence ends. scripts/bench --sessions 1 -n 3 with 64:
+    # median 405 ms, final transcript 114 ms; the run before with 96: 466 ms, 116 ms.
     stt_speculative_silence_ms: int = _opt(
-        96,
+        64,
         "Silence after which the final transcription starts speculatively, "
         "before the turn is known to be over.",
         "stt",

@@ -259,6 +259,8 @@ def markdown(result: dict) -> str:
                 cut += f" {turn['cut_off_silence_ms']:.0f} ms into a {turn['cut_off_pause_ms']:.0f} ms pause"
             if turn["cut_off_text"]:
                 cut += f": {turn['cut_off_text']!r}"
+            if turn["spoke_at_ms"] is not None:
+                cut += f"; its voice reached the user {turn['spoke_at_ms']:.0f} ms into the turn"
             lines.append(
                 f"| {turn['name']} | {pauses} | {cut} | {bench._ms(turn['voice_to_voice_ms'])} "
                 f"| {bench._ms(turn['endpoint_ms'])} | {turn['transcript'] or ''} |"

@@ -70,6 +70,8 @@ def test_measure_turn_puts_the_cut_off_in_the_pause_it_came_in():
         received, speech_start_at=9.0, speech_end_at=11.5, pauses_at=[(9.5, 9.8), (10.1, 11.0)], figures=figures
     )
     assert turn["cut_off"] == "committed"
+    # Committed first, and the answer's voice reached the user before they finished too.
+    assert turn["spoke_at_ms"] == pytest.approx(1900.0)
     assert turn["cut_off_pause_ms"] == pytest.approx(900.0)
     assert turn["cut_off_silence_ms"] == pytest.approx(350.0)
     assert turn["cut_off_at_ms"] == pytest.approx(1450.0)
@@ -83,21 +85,21 @@ def test_measure_turn_without_cut_off():
         [user_final(11.4)], speech_start_at=9.0, speech_end_at=11.0, pauses_at=[(9.5, 10.4)],
         figures={"voice_to_voice_ms": 700.0, "final_transcript_ms": 400.0, "server": None},
     )
-    assert turn["cut_off"] is None and turn["cut_off_pause_ms"] is None
+    assert turn["cut_off"] is None and turn["cut_off_pause_ms"] is None and turn["spoke_at_ms"] is None
     assert (turn["voice_to_voice_ms"], turn["endpoint_ms"], turn["final_transcript_ms"]) == (700.0, None, 400.0)
 
 
-def _turn(pauses_ms, cut=None, v2v=500.0, endpoint=400.0, tags=()):
+def _turn(pauses_ms, cut=None, v2v=500.0, endpoint=400.0, tags=(), spoke_at=None):
     return {
         "pauses_ms": pauses_ms, "cut_off": cut, "voice_to_voice_ms": v2v, "endpoint_ms": endpoint,
-        "final_transcript_ms": 300.0, "tags": list(tags),
+        "final_transcript_ms": 300.0, "tags": list(tags), "spoke_at_ms": spoke_at,
     }
 
 
 def test_summary_rate_over_paused_turns_and_delays_over_clean_turns():
     turns = [
         _turn([900.0], cut="committed", v2v=5000.0, endpoint=5000.0, tags=["pause-after-cue"]),
-        _turn([600.0], cut="spoke", tags=["pause-after-sentence"]),
+        _turn([600.0], cut="committed", tags=["pause-after-sentence"], spoke_at=800.0),
         _turn([700.0], tags=["pause-after-cue"]),
         _turn([1200.0], v2v=None, endpoint=None, tags=["pause-after-cue"]),
         _turn([], v2v=600.0, endpoint=350.0, tags=["whole"]),

@@ -11,8 +11,12 @@ of their last, the agent either
 - sent voiced audio (``spoke``): the user heard it answer into their pause; or
 - sent the final user transcript (``committed``): it had decided the turn was
   over and started answering. The session drops that answer when the user
-  goes on before its first audio, so the user hears nothing on this machine,
-  but a faster LLM or TTS would have spoken: it counts as a cut-off too.
+  goes on before its first audio; when it is ready sooner, the user hears it.
+
+The cut-off's kind is its first sign, and the session sends the transcript
+before any audio of the answer, so a cut-off is nearly always ``committed``;
+whether the user also heard the agent's voice before finishing (``spoke``)
+is counted on its own.
 """
 
 from __future__ import annotations
@@ -60,6 +64,14 @@ def cut_off(received: Sequence[Received], speech_start_at: float, speech_end_at:
     return None
 
 
+def first_voice(received: Sequence[Received], speech_start_at: float, speech_end_at: float) -> float | None:
+    """When the agent's voice first reached the user before they finished, if it did."""
+    for item in received:
+        if speech_start_at <= item.at < speech_end_at and isinstance(item, AudioIn) and item.voiced:
+            return item.at
+    return None
+
+
 def measure_turn(
     received: Sequence[Received],
     *,
@@ -77,10 +89,12 @@ def measure_turn(
     of the answer the agent gave once the user finished, if it did.
     """
     cut = cut_off(received, speech_start_at, speech_end_at)
+    voice_at = first_voice(received, speech_start_at, speech_end_at)
     server = figures.get("server") or {}
     result = {
         "pauses_ms": [round((end - start) * 1000.0, 1) for start, end in pauses_at],
         "cut_off": None,
+        "spoke_at_ms": None if voice_at is None else round((voice_at - speech_start_at) * 1000.0, 1),
         "cut_off_at_ms": None,  # after the start of the user's speech
         "cut_off_pause_ms": None,  # length of the pause it came in (the last one begun)
         "cut_off_silence_ms": None,  # how long after that pause began
@@ -118,7 +132,7 @@ def summarise(turns: Sequence[dict]) -> dict:
         "paused_turns": len(paused),
         "false_cutoffs": len(cut_paused),
         "false_cutoff_rate": round(len(cut_paused) / len(paused), 4) if paused else None,
-        "spoke_in_pause": sum(1 for turn in cut_paused if turn["cut_off"] == "spoke"),
+        "spoke_in_pause": sum(1 for turn in paused if turn["spoke_at_ms"] is not None),
         # A cut-off in a turn without a pause of MIN_PAUSE_MS: at a shorter break between words.
         "cutoffs_elsewhere": sum(1 for turn in turns if turn["cut_off"] and not turn["pauses_ms"]),
         "unanswered": sum(1 for turn in clean if turn["voice_to_voice_ms"] is None),

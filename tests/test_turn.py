@@ -15,6 +15,8 @@ from voice_agent.turn import Completeness, TurnDetector, classify
         ("My number is 555.", Completeness.UNKNOWN),  # as likely done: "We arrive at 730."
         ("I want to go to...", Completeness.INCOMPLETE),
         ("Um.", Completeness.INCOMPLETE),
+        ("m", Completeness.INCOMPLETE),  # Whisper's spelling of a thinking "hmm"
+        ("Hm.", Completeness.INCOMPLETE),
         ("and the", Completeness.INCOMPLETE),
         ("I would like", Completeness.INCOMPLETE),
         ("hello there", Completeness.UNKNOWN),

@@ -10,12 +10,13 @@ import enum
 import re
 
 # Words after which a speaker almost always goes on, even when Whisper has
-# already put a full stop after them ("I'd like a table for.").
+# already put a full stop after them ("I'd like a table for."). Whisper writes
+# a thinking "hmm" as "m" too (the endpointing eval's hmm_vegetarian turn).
 CONTINUING_WORDS = frozenset(
     """and or but because if although though unless than
     a an the my your his her our their every
     to of at for from with into onto between
-    um uh er erm hmm i'm i'd i'll plus minus""".split()
+    um uh er erm hmm hm mm m i'm i'd i'll plus minus""".split()
 )
 
 # Words that often end a finished sentence ("That's what I like."), so they only

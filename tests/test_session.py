@@ -373,6 +373,8 @@ async def test_long_speech_over_the_agent_interrupts_whatever_the_words():
         ("Okay.", True),
         ("I see.", True),
         ("", True),  # a cough or a door: no words
+        ("N", True),  # Whisper's "Mm-hmm." after 250 ms
+        ("I", False),  # "I ...": the start of an interruption
         ("Yeah, but what about Paris?", False),
         ("I see a problem.", False),
         ("Stop.", False),

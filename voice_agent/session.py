@@ -279,11 +279,16 @@ class Session:
         self._interrupt()
 
     def _is_backchannel(self, text: str) -> bool:
-        """Only acknowledgement words, or no words at all (a cough, a door)."""
+        """Only acknowledgement words, or no words at all (a cough, a door).
+
+        A lone letter other than "I" is a hum, not a word: at the 250 ms check
+        Whisper wrote "N" for "Mm-hmm." (scripts/bargein_eval). A user who goes
+        on is checked again as the speech grows.
+        """
         words = " ".join(re.sub(r"[^a-z' ]", " ", text.lower().replace("-", " ")).split())
         if self._backchannels is not None:
             words = self._backchannels.sub("", words)
-        return not words.strip()
+        return all(len(word) == 1 and word != "i" for word in words.split())
 
     def _interrupt(self) -> None:
         """Stop the agent now: every stage, the client's buffer, and the history."""

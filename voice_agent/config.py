@@ -191,12 +191,8 @@ class Settings:
     llm_context: int = _opt(
         2048, "Context length in tokens (llama.cpp n_ctx, vLLM max_model_len).", "llm"
     )
-    # Three: two sessions' answers, and one left idle so the between-turns prefill
-    # can run (it only takes an instance while another stays free). At 2 sessions,
-    # scripts/bench -n 2 gave median 423 ms, p95 816 ms with 3 against 455 / 1378 ms
-    # with 2: the slow turns were history-window steps evaluated in full.
     llm_instances: int = _opt(
-        3,
+        2,
         "llama.cpp instances, i.e. answers generated at once; weights are shared by mmap.",
         "llm",
     )

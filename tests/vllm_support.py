@@ -38,7 +38,8 @@ def require_vllm() -> None:
 
 def embedded_model_dir() -> Path:
     """The converted SmolLM2 folder that scripts/setup-vllm left in the cache."""
-    from voice_agent.llm.vllm_engine import cache_dir, EMBEDDED_MODEL_NAME
+    from voice_agent.llm.model_cache import cache_dir
+    from voice_agent.llm.vllm_engine import EMBEDDED_MODEL_NAME
 
     folder = cache_dir() / EMBEDDED_MODEL_NAME
     if not (folder / "config.json").exists():

@@ -23,12 +23,9 @@ import os
 import tempfile
 from pathlib import Path
 
+from .model_cache import cache_dir
+
 log = logging.getLogger(__name__)
-
-
-def cache_dir() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "voice-agent"
 
 
 def q8_0_copy(model_path: str, folder: Path | None = None) -> str:

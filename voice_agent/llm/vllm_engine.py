@@ -22,15 +22,11 @@ from pathlib import Path
 from typing import AsyncIterator
 
 from .base import Message
+from .model_cache import cache_dir
 
 log = logging.getLogger(__name__)
 
 EMBEDDED_MODEL_NAME = "SmolLM2-135M-Instruct"
-
-
-def cache_dir() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "voice-agent"
 
 
 def embedded_model_dir() -> Path:

@@ -112,12 +112,12 @@ class LlamaCppBackend:
         async with self._changed:
             while True:
                 best = max(self._instances, key=lambda c: (c.shared_prefix(messages), not c.busy))
-                idle = [candidate for candidate in self._instances if not candidate.busy]
-                if not best.busy or (idle and not best.prefilling):
+                if best.busy and not best.prefilling:
+                    idle = (candidate for candidate in self._instances if not candidate.busy)
+                    best = max(idle, key=lambda candidate: candidate.shared_prefix(messages), default=best)
+                if not best.busy:
                     break
                 await self._changed.wait()
-            if best.busy:
-                best = max(idle, key=lambda candidate: candidate.shared_prefix(messages))
             best.busy = True
             best.last_messages = messages
             return best

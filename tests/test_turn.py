@@ -20,6 +20,13 @@ from voice_agent.turn import Completeness, TurnDetector, classify
         ("and the", Completeness.INCOMPLETE),
         ("I would like", Completeness.INCOMPLETE),
         ("hello there", Completeness.UNKNOWN),
+        ("We to arrive on.", Completeness.INCOMPLETE),  # a pause in "We arrive on ... Friday"
+        ("A cheeseburger in.", Completeness.INCOMPLETE),  # "and" misheard before a pause
+        ("What are you interested in?", Completeness.COMPLETE),
+        ("Let me see.", Completeness.INCOMPLETE),  # the user asks for time to think
+        ("Hmm, lets see...", Completeness.INCOMPLETE),
+        ("Hold on!", Completeness.INCOMPLETE),
+        ("I'll see.", Completeness.COMPLETE),
         ("", Completeness.UNKNOWN),
     ],
 )

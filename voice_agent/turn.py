@@ -28,7 +28,20 @@ MAYBE_CONTINUING_WORDS = frozenset(
     can could would should will shall may might must not very really just also""".split()
 )
 
+# Prepositions that end a finished question ("What are you interested in?") but
+# rarely a statement: Whisper writes a full stop after a pause in "We arrive
+# on ... Friday" ("We to arrive on.") and after "and" misheard ("A cheeseburger
+# in."), so with a full stop they count as trailing.
+PREPOSITIONS = frozenset("in on by about".split())
+
+# Phrases that ask for time to think: the user has the floor until they go on.
+HOLDING_PHRASES = (
+    "let me see", "let me think", "let me check", "let's see", "hold on", "wait a second",
+    "wait a minute", "one moment", "one second", "just a moment", "just a second", "give me a second",
+)
+
 _LAST_WORD = re.compile(r"([\w']+)\W*$")
+_HOLDING = re.compile(r"\b(?:%s)\W*$" % "|".join(re.escape(p).replace("'", "'?") for p in HOLDING_PHRASES))
 _WORD = re.compile(r"\w")
 
 
@@ -52,7 +65,10 @@ def classify(transcript: str | None) -> Completeness:
         return Completeness.UNKNOWN
     if text.endswith(("...", "…", ",", "-", "—", ":", ";")):
         return Completeness.INCOMPLETE
-    match = _LAST_WORD.search(text.lower())
+    lowered = text.lower()
+    if _HOLDING.search(lowered):
+        return Completeness.INCOMPLETE
+    match = _LAST_WORD.search(lowered)
     if match:
         word = match.group(1)
         if word in CONTINUING_WORDS:
@@ -63,6 +79,8 @@ def classify(transcript: str | None) -> Completeness:
             # slowest turn of the benchmark, so Whisper's full stop makes it a draw.
             return Completeness.UNKNOWN if text[-1] in ".!?" else Completeness.INCOMPLETE
         if text[-1] not in ".!?" and word in MAYBE_CONTINUING_WORDS:
+            return Completeness.INCOMPLETE
+        if text[-1] == "." and word in PREPOSITIONS:
             return Completeness.INCOMPLETE
     if text[-1] in ".!?":
         return Completeness.COMPLETE

@@ -35,7 +35,12 @@ class EnergyVAD:
         count = len(self._pending) // WINDOW
         windows = self._pending[: count * WINDOW].reshape(count, WINDOW)
         self._pending = self._pending[count * WINDOW :]
-        return [1.0 if np.sqrt(np.mean(w**2)) > 0.05 else 0.0 for w in windows]
+        return [self.score(np.sqrt(np.mean(w**2))) for w in windows]
+
+    @staticmethod
+    def score(rms: float) -> float:
+        # Faint audio scores like Silero's first window of resumed speech: not speech yet.
+        return 1.0 if rms > 0.05 else 0.3 if rms > 0.005 else 0.0
 
 
 class FakeSTT:
@@ -95,6 +100,10 @@ def tone(seconds: float) -> np.ndarray:
 
 def quiet(seconds: float) -> np.ndarray:
     return np.zeros(int(seconds * RATE), np.float32)
+
+
+def faint(seconds: float) -> np.ndarray:
+    return tone(seconds) / 20
 
 
 class Harness:
@@ -311,6 +320,33 @@ async def test_a_prepared_answer_is_dropped_when_the_user_goes_on():
     assert h.finals("user") == [" ".join(["word"] * 8) + "."]  # one turn with both parts
     assert h.session.history[0]["content"] == h.finals("user")[0]
     assert len(h.session.history) == 2
+    await h.session.close()
+
+
+WINDOW_S = WINDOW / RATE
+
+
+async def test_a_turn_is_not_committed_on_a_window_that_may_be_the_user_going_on():
+    h = Harness()  # 200 ms of silence ends a turn
+    await h.feed(tone(16 * WINDOW_S), realtime=False)
+    await h.feed(quiet(6 * WINDOW_S))  # 192 ms: the next window would end the turn...
+    await h.feed(faint(2 * WINDOW_S))  # ...but it sounds like the start of speech,
+    await h.feed(tone(8 * WINDOW_S))  # and it is.
+    await h.feed(quiet(0.5))
+    await h.until(lambda: h.finals("agent"))
+    assert [m.values["turn"] for m in h.of(Metrics)] == [1]
+    assert len(h.finals("user")) == 1  # one turn, never answered in the middle
+    await h.session.close()
+
+
+async def test_steady_faint_noise_holds_a_commit_back_only_briefly():
+    h = Harness()
+    await h.feed(tone(16 * WINDOW_S), realtime=False)
+    await h.feed(quiet(6 * WINDOW_S))
+    await h.feed(faint(3 * WINDOW_S))  # held back for these three windows
+    assert h.finals("user") == []
+    await h.feed(faint(2 * WINDOW_S))
+    await h.until(lambda: h.finals("user"), timeout=1.0)
     await h.session.close()
 
 

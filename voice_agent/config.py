@@ -86,10 +86,10 @@ class Settings:
         96, "Speech needed before a user turn is considered started.", "turn"
     )
     # Defaults favour latency (docs/endpointing.md, "The defaults"): with them the
-    # agent commits early in 60 % of mid-turn pauses of the eval, but none of those
-    # answers was heard on a 2-core CPU, because a turn the user resumes before the
-    # agent speaks is merged back. 900/1200/2000 commits early in 5 %, at about
-    # 600 ms more delay: use it where being cut off costs more than waiting.
+    # agent answers into some mid-turn pauses of the eval (the held answer is
+    # ready when the turn commits, so the user hears it). 900/1200/2000 cuts off
+    # far fewer at about 600 ms more delay: use it where being cut off costs
+    # more than waiting.
     end_silence_complete_ms: int = _opt(
         350, "Silence that ends a turn after a complete sentence.", "turn"
     )

@@ -49,6 +49,13 @@ log = logging.getLogger(__name__)
 PREROLL_SAMPLES = PIPELINE_RATE * 3 // 10  # keep 300 ms before detected speech: Silero fires late
 SPEECH_TAIL_SAMPLES = PIPELINE_RATE // 10  # Whisper gets 100 ms past the last speech window
 VAD_HYSTERESIS = 0.15
+# Silero scores the first window of resumed speech 0.07 to 0.66 (a 32 ms window
+# that is partly silence) and the silence of a pause under 0.05
+# (scripts/endpoint_turns): a turn is not committed on a window above this, in
+# case the user is going on. Steady noise scores above it too, so at most
+# RESUMING_WINDOWS a pause hold the commit back (96 ms).
+RESUMING_PROBABILITY = 0.1
+RESUMING_WINDOWS = 3
 # The soxr high-quality filter holds back about 66 ms of 8 kHz input, medium
 # quality about 26 ms; VAD and Whisper do not hear the difference, the user does.
 INPUT_RESAMPLE_QUALITY = "MQ"
@@ -84,6 +91,7 @@ class UserTurn:
     over_agent: bool = False  # began while the agent was speaking
     barge_check: asyncio.Task | None = None
     barge_checked_ms: float = 0.0  # speech_ms when the last barge-in check started
+    resuming_windows: int = 0  # windows of this pause that held the commit back
 
 
 class Session:
@@ -208,6 +216,7 @@ class Session:
             if self._turn is not None:
                 self._turn.last_speech = end
                 self._turn.speech_ms += WINDOW_MS
+                self._turn.resuming_windows = 0
                 if self._turn.preemptive is not None:
                     self._drop_preemptive(self._turn)  # the user goes on: that answer is stale
             elif self._speech_run_ms >= self.settings.vad_min_speech_ms:
@@ -218,7 +227,7 @@ class Session:
         elif probability < threshold - VAD_HYSTERESIS:
             self._speech_run_ms = 0.0
         if self._turn is not None:
-            self._check_end_of_turn(self._turn, end)
+            self._check_end_of_turn(self._turn, end, probability)
 
     def _begin_turn(self, end: int) -> None:
         run = int(self._speech_run_ms * PIPELINE_RATE / 1000)
@@ -343,7 +352,7 @@ class Session:
         text = await self.engines.stt.transcribe(audio)
         return text, (self._clock() - started) * 1000.0
 
-    def _check_end_of_turn(self, turn: UserTurn, now: int) -> None:
+    def _check_end_of_turn(self, turn: UserTurn, now: int, probability: float) -> None:
         silence_ms = (now - turn.last_speech) * 1000 / PIPELINE_RATE
         if silence_ms < self.settings.stt_speculative_silence_ms:
             return
@@ -362,8 +371,12 @@ class Session:
             # until the transcript of all of it is in, assume the user goes on.
             text = None
         turn_ms = (now - turn.start) * 1000 / PIPELINE_RATE
-        if self._turns.is_turn_over(silence_ms, text, turn_ms):
-            self._commit(turn)
+        if not self._turns.is_turn_over(silence_ms, text, turn_ms):
+            return
+        if probability >= RESUMING_PROBABILITY and turn.resuming_windows < RESUMING_WINDOWS:
+            turn.resuming_windows += 1
+            return
+        self._commit(turn)
 
     def _commit(self, turn: UserTurn) -> None:
         if self._turn is turn:

@@ -12,7 +12,11 @@ from voice_agent.turn import Completeness, TurnDetector, classify
         ("I'd like a table for", Completeness.INCOMPLETE),
         ("I'd like a table for.", Completeness.INCOMPLETE),  # Whisper adds a full stop anyway
         ("My number is 555", Completeness.INCOMPLETE),
-        ("My number is 555.", Completeness.UNKNOWN),  # as likely done: "We arrive at 730."
+        ("My number is 555.", Completeness.INCOMPLETE),  # the first group of a phone number
+        ("Call me at 555, 01.", Completeness.INCOMPLETE),
+        ("My number is 555, 0192.", Completeness.UNKNOWN),  # a whole local number
+        ("Table number 4.", Completeness.UNKNOWN),
+        ("I live at 42.", Completeness.UNKNOWN),  # as likely done: "We arrive at 730."
         ("I want to go to...", Completeness.INCOMPLETE),
         ("Um.", Completeness.INCOMPLETE),
         ("m", Completeness.INCOMPLETE),  # Whisper's spelling of a thinking "hmm"

@@ -43,6 +43,12 @@ HOLDING_PHRASES = (
 _LAST_WORD = re.compile(r"([\w']+)\W*$")
 _HOLDING = re.compile(r"\b(?:%s)\W*$" % "|".join(re.escape(p).replace("'", "'?") for p in HOLDING_PHRASES))
 _WORD = re.compile(r"\w")
+_PHONE_NUMBER = re.compile(
+    r"\b(?:phone(?: number)?(?: is|'s)?|number(?: is|'s)|(?:call|reach|text) me(?: at| on)?) ([\d\s,.\-]*)$"
+)
+# A phone number is said in groups with pauses between them ("555 ... 0192");
+# fewer digits than a local number (7) after "number" is the first group.
+LOCAL_NUMBER_DIGITS = 7
 
 
 class Completeness(enum.Enum):
@@ -74,7 +80,9 @@ def classify(transcript: str | None) -> Completeness:
         if word in CONTINUING_WORDS:
             return Completeness.INCOMPLETE
         if word.isdigit():
-            # "My number is 555." and "We arrive at 7:30." look the same; waiting the
+            if _is_partial_phone_number(lowered):
+                return Completeness.INCOMPLETE
+            # "I live at 42." and "We arrive at 7:30." look the same; waiting the
             # incomplete silence after both made every answer ending in a number the
             # slowest turn of the benchmark, so Whisper's full stop makes it a draw.
             return Completeness.UNKNOWN if text[-1] in ".!?" else Completeness.INCOMPLETE
@@ -87,12 +95,18 @@ def classify(transcript: str | None) -> Completeness:
     return Completeness.UNKNOWN
 
 
+def _is_partial_phone_number(text: str) -> bool:
+    """ "My number is 555." """
+    match = _PHONE_NUMBER.search(text)
+    return match is not None and 0 < sum(c.isdigit() for c in match.group(1)) < LOCAL_NUMBER_DIGITS
+
+
 class TurnDetector:
     def __init__(
         self,
         complete_ms: int = 350,
         default_ms: int = 600,
-        incomplete_ms: int = 1200,
+        incomplete_ms: int = 2000,
         max_turn_s: float = 30.0,
     ):
         self._silence_ms = {

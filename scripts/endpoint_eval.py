@@ -42,7 +42,7 @@ SCRIPT = ROOT / "scripts" / "endpoint_turns" / "script.yaml"
 # The next turn starts once the answer to the last one has played, so long
 # answers only make the eval slow: endpointing happens before the first word.
 EVAL_SERVE_ARGS = ["--llm-max-tokens", "8"]
-# complete / no hint / incomplete silences in ms, from eager to patient; 350/600/1200 were the defaults.
+# complete / no hint / incomplete silences in ms, from eager to patient; 350/600/2000 are the defaults.
 SWEEP = "200/400/800,350/600/1200,350/600/2000,500/800/1600,700/1000/2000,900/1200/2000,600/600/600"
 THRESHOLD_FLAGS = ("--end-silence-complete-ms", "--end-silence-ms", "--end-silence-incomplete-ms")
 GAP_MS = 300  # silence between an answer and the next turn: the agent is idle by then

@@ -100,7 +100,8 @@ class Settings:
     # "at" and were answered at 1.2 s; a turn that really ends on such a word is rare.
     end_silence_incomplete_ms: int = _opt(
         2000,
-        "Silence that ends a turn after a trailing conjunction, article, filler or number.",
+        "Silence that ends a turn after a trailing conjunction, article, filler or number, "
+        "or a phrase like \"let me see\".",
         "turn",
     )
     max_turn_s: float = _opt(30.0, "A turn longer than this is committed at once.", "turn")

@@ -43,12 +43,12 @@ HOLDING_PHRASES = (
 _LAST_WORD = re.compile(r"([\w']+)\W*$")
 _HOLDING = re.compile(r"\b(?:%s)\W*$" % "|".join(re.escape(p).replace("'", "'?") for p in HOLDING_PHRASES))
 _WORD = re.compile(r"\w")
+# A phone number is said in groups with pauses between them ("555 ... 0192");
+# fewer digits than a local number after "number is" is the first group.
+LOCAL_NUMBER_DIGITS = 7
 _PHONE_NUMBER = re.compile(
     r"\b(?:phone(?: number)?(?: is|'s)?|number(?: is|'s)|(?:call|reach|text) me(?: at| on)?) ([\d\s,.\-]*)$"
 )
-# A phone number is said in groups with pauses between them ("555 ... 0192");
-# fewer digits than a local number (7) after "number" is the first group.
-LOCAL_NUMBER_DIGITS = 7
 
 
 class Completeness(enum.Enum):
@@ -96,7 +96,7 @@ def classify(transcript: str | None) -> Completeness:
 
 
 def _is_partial_phone_number(text: str) -> bool:
-    """ "My number is 555." """
+    """Whether the text ends in the first digits of a phone number ("my number is 555.")."""
     match = _PHONE_NUMBER.search(text)
     return match is not None and 0 < sum(c.isdigit() for c in match.group(1)) < LOCAL_NUMBER_DIGITS
 

@@ -54,6 +54,19 @@ def test_punctuation_only_text_is_dropped():
     assert chunk_stream("... !") == []
 
 
+def test_the_second_chunk_may_end_at_a_long_enough_clause():
+    text = (
+        "We have a lot of things, and I am not really happy to recommend anything, "
+        "but I can tell you about the fish, which is fresh today. Thanks."
+    )
+    assert chunk_stream(text, first_words=2) == [
+        "We have a lot of things,",
+        "and I am not really happy to recommend anything,",  # 9 words: the second chunk ends here
+        "but I can tell you about the fish, which is fresh today.",  # later chunks are sentences
+        "Thanks.",
+    ]
+
+
 def test_very_long_sentence_splits_at_a_clause():
     sentence = "word " * 60 + "and more, " + "word " * 10 + "end."
     chunks = chunk_stream("First sentence here. " + sentence, first_words=50)

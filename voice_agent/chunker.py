@@ -1,7 +1,8 @@
 """Split streaming LLM text into speakable chunks.
 
 The first chunk may end at a clause (a comma, colon, semicolon or dash) once
-it has a few words, so speech starts early; later chunks are whole sentences,
+it has a few words, so speech starts early, and the second once it has six,
+so it is ready before the first has played; later chunks are whole sentences,
 which Piper phrases better. A boundary is only accepted once the character
 after the punctuation is seen, so "3.14", "1,000" and "e.g." never split.
 
@@ -29,6 +30,12 @@ ABBREVIATIONS = frozenset(
 
 # Past this, a sentence is split at its next clause boundary anyway.
 MAX_CHUNK_CHARS = 220
+# The second chunk is written and synthesized while the first, a few words,
+# plays; a whole run-on sentence took longer than that and the client's player
+# ran dry for 2 s (scripts/bargein_eval, "We have a lot of different things, |
+# and I'm not really happy to recommend anything, but ..."). So the second
+# chunk may end at a clause too, once it has this many words.
+SECOND_CHUNK_MIN_WORDS = 6
 
 _WORD = re.compile(r"[\w']+")
 
@@ -80,8 +87,8 @@ class SentenceChunker:
     def _find_boundary(self) -> int | None:
         """Index just past the first acceptable boundary in the buffer, or None."""
         text = self._buffer
-        clause_allowed = self._emitted == 0
-        phrase = self._phrase_break(text) if clause_allowed and self.phrase_breaks else None
+        clause_min_words = {0: self.first_chunk_min_words, 1: SECOND_CHUNK_MIN_WORDS}.get(self._emitted)
+        phrase = self._phrase_break(text) if self._emitted == 0 and self.phrase_breaks else None
         for i, char in enumerate(text):
             if i == phrase:
                 return i
@@ -93,7 +100,7 @@ class SentenceChunker:
                 return i + 1
             elif char in CLAUSE_END and i + 1 < len(text) and text[i + 1].isspace():
                 count = len(words(text[:i]))
-                if (clause_allowed and count >= self.first_chunk_min_words) or i >= MAX_CHUNK_CHARS:
+                if (clause_min_words is not None and count >= clause_min_words) or i >= MAX_CHUNK_CHARS:
                     return i + 1
         return None
 

@@ -194,19 +194,20 @@ def _markdown(bench: dict) -> str:
         f"Python {machine['python']}; {bench['created']}.",
         f"Command: `{bench['command']}`",
         "",
-        "| sessions | turns | voice-to-voice p50 | p95 | max | server v2v p50 | client − server p50 | final transcript p50 | barge-in stop p50 | no answer | server peak RSS | /healthz p95 |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| sessions | turns | voice-to-voice p50 | p95 | max | server v2v p50 | client − server p50 | final transcript p50 | barge-in stop p50 | no answer | player ran dry (n, max) | server peak RSS | event-loop lag p95 |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for level in bench["levels"]:
         s = level["summary"]
         if s is None:
-            lines.append(f"| {level['sessions']} | failed (exit {level['exit_status']}) | | | | | | | | | | |")
+            lines.append(f"| {level['sessions']} | failed (exit {level['exit_status']}) | | | | | | | | | | | |")
             continue
         v2v = s["voice_to_voice_ms"]
         lines.append(
             f"| {level['sessions']} | {s['turns']} | {_ms(v2v['p50'])} | {_ms(v2v['p95'])} | {_ms(v2v['max'])} "
             f"| {_ms(s['server_voice_to_voice_ms']['p50'])} | {_ms(s['client_minus_server_ms']['p50'])} "
             f"| {_ms(s['final_transcript_ms']['p50'])} | {_ms(s['barge_in_stop_ms']['p50'])} | {s['unanswered']} "
+            f"| {s['dry_spells_ms']['n']}, {_ms(s['dry_spells_ms']['max'])} "
             f"| {level['server_peak_rss_mb']} MiB | {_ms(level['server_loop_lag_ms']['p95'])} |"
         )
     return "\n".join(lines)

@@ -18,7 +18,9 @@ REPORT_KEYS = {
     "schema", "created", "url", "transport", "sample_rate", "machine", "options", "script",
     "runs", "summary", "thresholds", "failures", "passed", "histogram",
 }
-RUN_KEYS = {"concurrency", "session", "repeat", "duration_s", "failure", "errors", "turns", "agent_speech_s", "timeline"}
+RUN_KEYS = {
+    "concurrency", "session", "repeat", "duration_s", "failure", "errors", "turns", "agent_speech_s", "dry_spells_ms", "timeline",
+}
 TURN_KEYS = {
     "index", "name", "start", "sent_s", "sent_frame", "speech_start_s", "speech_end_s", "answer_s",
     "voice_to_voice_ms", "server_voice_to_voice_ms", "client_minus_server_ms",
@@ -76,7 +78,9 @@ turns:
     assert 0 < second["barge_in_stop_ms"] < 5000
     assert second["agent_spoke_during_turn"] is True
     summary = report["summary"]["1"]
-    assert {"runs", "failed_runs", "turns", "unanswered", "agent_spoke_during_turn", "barge_ins_cleared", "wer_mean"} | FIGURES == set(summary)
+    assert {
+        "runs", "failed_runs", "turns", "unanswered", "agent_spoke_during_turn", "barge_ins_cleared", "wer_mean", "dry_spells_ms",
+    } | FIGURES == set(summary)
     assert summary["voice_to_voice_ms"]["n"] == 2 and summary["unanswered"] == 0
     for picture in (run["timeline"], report["histogram"]):
         assert (out / picture).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

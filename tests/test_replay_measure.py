@@ -23,6 +23,7 @@ from voice_agent.replay.measure import (
     distribution,
     first_voiced_audio,
     measure_turn,
+    dry_spells,
     playback_intervals,
     send_time,
     server_stages,
@@ -148,6 +149,19 @@ def test_playback_intervals_follow_the_frames_and_stop_at_clear():
     intervals = playback_intervals(burst + paced + [MessageIn(1.3, "clear")] + agent_frames(3.0, 0.4))
     assert intervals[0] == pytest.approx((1.0, 1.3))
     assert intervals[1] == pytest.approx((3.0, 3.4))
+
+
+def test_dry_spells_are_gaps_inside_an_answer():
+    user_final = MessageIn(5.0, "transcript", {"role": "user", "text": "And you?", "final": True})
+    received = [
+        *agent_frames(1.0, 0.8),  # the first chunk
+        *agent_frames(2.3, 1.0),  # the second came 500 ms after the first had played
+        *agent_frames(3.32, 0.5),  # 20 ms: a glitch, not a dry spell
+        user_final,
+        *agent_frames(5.5, 0.4), MessageIn(5.9, "clear"),  # the next answer, interrupted
+        *agent_frames(6.5, 0.5),  # an answer after the interruption
+    ]
+    assert dry_spells(received) == [pytest.approx(0.5)]
 
 
 def test_measure_turn_with_known_timings():
@@ -291,8 +305,9 @@ def test_client_codec_reads_what_the_server_codec_writes():
 def test_thresholds():
     turn = {"voice_to_voice_ms": 900.0, "wer": 0.1, "agent_spoke_during_turn": False, "start": "after-reply:800", "barge_in_cleared": None,
             **{k: None for k in ("server_voice_to_voice_ms", "client_minus_server_ms", "first_transcript_ms", "final_transcript_ms", "barge_in_stop_ms")}}
-    runs = [{"concurrency": 1, "failure": None, "turns": [turn, {**turn, "voice_to_voice_ms": 1100.0}]}]
+    runs = [{"concurrency": 1, "failure": None, "turns": [turn, {**turn, "voice_to_voice_ms": 1100.0}], "dry_spells_ms": [250.0]}]
     summary = summarise(runs)
+    assert summary["1"]["dry_spells_ms"]["n"] == 1
     assert summary["1"]["voice_to_voice_ms"]["p50"] == 1000.0
     assert check(summary, Thresholds(max_p50_ms=1000)) == []
     assert check(summary, Thresholds(max_p50_ms=999)) == ["1 session(s): voice-to-voice p50 1000 ms > 999 ms"]

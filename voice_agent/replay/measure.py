@@ -191,6 +191,28 @@ def playback_intervals(received: Sequence[Received]) -> list[tuple[float, float]
     return [(a, b) for a, b in intervals]
 
 
+def dry_spells(received: Sequence[Received], glitch_s: float = 0.06) -> list[float]:
+    """Seconds the client's player ran dry in the middle of an answer.
+
+    A gap between two stretches of playback is inside one answer unless a
+    ``clear`` or the final transcript of a new user turn came in it: then the
+    agent had stopped, or was answering something else. The server sends
+    silence as frames, so a dry player means the next chunk was late.
+    """
+    intervals = playback_intervals(received)
+    boundaries = [
+        item.at
+        for item in received
+        if isinstance(item, MessageIn)
+        and (item.type == "clear" or (item.type == "transcript" and item.fields.get("role") == "user" and item.fields.get("final")))
+    ]
+    return [
+        b_start - a_end
+        for (_, a_end), (b_start, _) in zip(intervals, intervals[1:])
+        if b_start - a_end >= glitch_s and not any(a_end <= at <= b_start for at in boundaries)
+    ]
+
+
 # Transcript accuracy.
 
 _WORD = re.compile(r"[a-z0-9']+")

@@ -66,6 +66,8 @@ def summarise(runs: Sequence[dict]) -> dict:
             # Barge-ins the agent answered with `clear`; the others found an answer ending anyway.
             "barge_ins_cleared": sum(1 for turn in turns if turn["barge_in_cleared"]),
             **{key: distribution([turn[key] for turn in turns]) for key, _ in FIGURES},
+            # The player ran dry inside an answer: a chunk came late.
+            "dry_spells_ms": distribution([gap for run in level_runs for gap in run["dry_spells_ms"]]),
             "wer_mean": round(sum(wers) / len(wers), 3) if wers else None,
         }
     return levels

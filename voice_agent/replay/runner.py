@@ -18,7 +18,16 @@ from typing import Callable
 import numpy as np
 
 from ..protocols.events import AgentAudio, Clear, Error, Mark, Metrics, Transcript
-from .measure import AudioIn, MessageIn, Received, first_voiced_audio, measure_turn, playback_intervals, send_time
+from .measure import (
+    AudioIn,
+    MessageIn,
+    Received,
+    dry_spells,
+    first_voiced_audio,
+    measure_turn,
+    playback_intervals,
+    send_time,
+)
 from .script import Script, Turn
 from .transport import CODECS, FRAME_S, Connection, Pacer
 
@@ -300,6 +309,7 @@ def analyse(trace: RunTrace) -> dict:
         "errors": trace.errors,
         "turns": turns,
         "agent_speech_s": [[_seconds(a, origin), _seconds(b, origin)] for a, b in playback_intervals(trace.received)],
+        "dry_spells_ms": [round(gap * 1000, 1) for gap in dry_spells(trace.received)],
     }
 
 

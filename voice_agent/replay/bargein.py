@@ -15,13 +15,11 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from .measure import MessageIn, Received, bridged, distribution, playback_intervals
+from .measure import GLITCH_S, MessageIn, Received, bridged, distribution, playback_intervals
 
 # After the probe ends, how long the agent may take to react: the barge-in
 # check transcribes the probe, which takes a few hundred ms on a busy CPU.
 SETTLE_S = 2.0
-# A player that runs dry for less than this glitched; it did not fall silent.
-GLITCH_S = 0.06
 
 
 def probe_outcome(received: Sequence[Received], onset: float, end: float, settle_s: float = SETTLE_S) -> dict:

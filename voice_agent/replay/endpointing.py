@@ -26,7 +26,7 @@ from typing import Sequence
 
 import numpy as np
 
-from .measure import AudioIn, MessageIn, Received, distribution, speech_bursts
+from .measure import AudioIn, Received, distribution, is_final_transcript, speech_bursts
 
 # The mid-turn pauses are 300 to 1500 ms; shorter gaps are the breaks
 # between words or at a comma that any speaker leaves.
@@ -54,12 +54,7 @@ def cut_off(received: Sequence[Received], speech_start_at: float, speech_end_at:
             continue
         if isinstance(item, AudioIn) and item.voiced:
             return CutOff("spoke", item.at)
-        if (
-            isinstance(item, MessageIn)
-            and item.type == "transcript"
-            and item.fields.get("role") == "user"
-            and item.fields.get("final")
-        ):
+        if is_final_transcript(item, "user"):
             return CutOff("committed", item.at, str(item.fields.get("text", "")))
     return None
 

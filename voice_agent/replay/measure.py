@@ -158,6 +158,10 @@ def barge_in_stop(received: Sequence[Received], onset: float) -> tuple[float, bo
     return last_audio, False
 
 
+# A player that runs dry for less than this glitched; it did not fall silent.
+GLITCH_S = 0.06
+
+
 def bridged(intervals: list[tuple[float, float]], gap_s: float) -> list[tuple[float, float]]:
     """Intervals with the gaps shorter than ``gap_s`` between them filled in
     (with ``ANSWER_GAP_S``: one interval per answer)."""
@@ -191,7 +195,13 @@ def playback_intervals(received: Sequence[Received]) -> list[tuple[float, float]
     return [(a, b) for a, b in intervals]
 
 
-def dry_spells(received: Sequence[Received], glitch_s: float = 0.06) -> list[float]:
+def is_final_transcript(item: Received, role: str) -> bool:
+    return (
+        isinstance(item, MessageIn) and item.type == "transcript" and item.fields.get("role") == role and bool(item.fields.get("final"))
+    )
+
+
+def dry_spells(received: Sequence[Received]) -> list[float]:
     """Seconds the client's player ran dry in the middle of an answer.
 
     A gap between two stretches of playback is inside one answer unless a
@@ -199,17 +209,16 @@ def dry_spells(received: Sequence[Received], glitch_s: float = 0.06) -> list[flo
     agent had stopped, or was answering something else. The server sends
     silence as frames, so a dry player means the next chunk was late.
     """
-    intervals = playback_intervals(received)
+    intervals = bridged(playback_intervals(received), GLITCH_S)
     boundaries = [
         item.at
         for item in received
-        if isinstance(item, MessageIn)
-        and (item.type == "clear" or (item.type == "transcript" and item.fields.get("role") == "user" and item.fields.get("final")))
+        if (isinstance(item, MessageIn) and item.type == "clear") or is_final_transcript(item, "user")
     ]
     return [
         b_start - a_end
         for (_, a_end), (b_start, _) in zip(intervals, intervals[1:])
-        if b_start - a_end >= glitch_s and not any(a_end <= at <= b_start for at in boundaries)
+        if not any(a_end <= at <= b_start for at in boundaries)
     ]
 
 

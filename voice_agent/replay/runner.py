@@ -24,6 +24,7 @@ from .measure import (
     Received,
     dry_spells,
     first_voiced_audio,
+    is_final_transcript,
     measure_turn,
     playback_intervals,
     send_time,
@@ -220,7 +221,7 @@ class _Run:
         for item in reversed(self.trace.received):
             if item.at < started:
                 return None
-            if isinstance(item, MessageIn) and item.type == "transcript" and item.fields["role"] == "agent" and item.fields["final"]:
+            if is_final_transcript(item, "agent"):
                 return item.at
         return None
 

@@ -295,8 +295,7 @@ def measure_turn(
         (
             str(m.fields.get("text", ""))
             for m in received
-            if isinstance(m, MessageIn) and m.type == "transcript" and m.fields.get("role") == "agent"
-            and m.fields.get("final") and answer_at is not None and m.at >= answer_at
+            if is_final_transcript(m, "agent") and answer_at is not None and m.at >= answer_at
         ),
         None,
     )

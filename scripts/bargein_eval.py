@@ -46,12 +46,18 @@ def main() -> int:
     )
     parser.add_argument("--script", default=str(SCRIPT), help="turn script [default scripts/bargein_turns/script.yaml]")
     parser.add_argument("-n", "--repeats", type=int, default=1, help="script repeats [default %(default)s]")
-    parser.add_argument("--reply-timeout", type=float, default=15.0, help="seconds to wait for an answer [default %(default)s]")
+    parser.add_argument(
+        "--reply-timeout", type=float, default=15.0, help="seconds to wait for an answer [default %(default)s]"
+    )
     parser.add_argument("--out", help="output folder [default artifacts/bargein/<date-time>]")
     thresholds = parser.add_argument_group("thresholds (exit status 1 when missed)")
-    thresholds.add_argument("--max-stop-p95-ms", type=float, help="95th percentile stop time of the interruptions, e.g. 400")
     thresholds.add_argument(
-        "--max-false-barge-ins", type=int, help="noises and acknowledgements that made the agent give up its answer, e.g. 0"
+        "--max-stop-p95-ms", type=float, help="95th percentile stop time of the interruptions, e.g. 400"
+    )
+    thresholds.add_argument(
+        "--max-false-barge-ins",
+        type=int,
+        help="noises and acknowledgements that made the agent give up its answer, e.g. 0",
     )
     args, serve_args = parser.parse_known_args()
     serve_args = [a for a in serve_args if a != "--"]
@@ -69,7 +75,7 @@ def main() -> int:
     replayed = endpoint_eval.replay_locally("bargein", serve_args, script, args.repeats, args.reply_timeout, out)
     probes = [probe for trace in replayed.traces for probe in probe_results(trace)]
     result = {
-        "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "created": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "command": shlex.join(["scripts/bargein_eval", *sys.argv[1:]]),
         "machine": bench._machine(),
         "load_average_before": load_before,

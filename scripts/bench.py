@@ -22,8 +22,8 @@ import sys
 import threading
 import time
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 from voice_agent.replay.local_server import LocalServer, ServerNotReady
 
@@ -58,7 +58,7 @@ def main() -> int:
         peak_rss = _rss_mb(server.pid, "VmHWM")
 
     bench = {
-        "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "created": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "command": shlex.join(["scripts/bench", *sys.argv[1:]]),
         "server_command": shlex.join(["voice-agent", "serve", *server.args[4:]]),
         "machine": _machine(),
@@ -78,8 +78,20 @@ def main() -> int:
 def _run_level(level: int, args, url: str, out: Path, server: subprocess.Popen) -> dict:
     level_out = out / f"sessions-{level}"
     command = [
-        sys.executable, "-m", "voice_agent", "replay", "--url", url, "--script", args.script,
-        "--sessions", str(level), "-n", str(args.repeats), "--out", str(level_out),
+        sys.executable,
+        "-m",
+        "voice_agent",
+        "replay",
+        "--url",
+        url,
+        "--script",
+        args.script,
+        "--sessions",
+        str(level),
+        "-n",
+        str(args.repeats),
+        "--out",
+        str(level_out),
     ]
     print(f"\n== {level} concurrent session(s) ==", file=sys.stderr)
     sampler = _ServerSampler(server.pid, url.replace("ws://", "http://").replace("/ws", "/healthz"))

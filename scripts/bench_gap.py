@@ -36,7 +36,9 @@ def main(paths: list[str]) -> None:
         turns = {turn.name: turn for turn in load_script(report["script"]["source"], rate).turns}
         for run in report["runs"]:
             sent = run["turns"]
-            stream = np.zeros(max(t["sent_frame"] * frame + len(turns[t["name"]].audio) for t in sent) + rate, np.float32)
+            stream = np.zeros(
+                max(t["sent_frame"] * frame + len(turns[t["name"]].audio) for t in sent) + rate, np.float32
+            )
             for t in sent:
                 audio = turns[t["name"]].audio
                 stream[t["sent_frame"] * frame : t["sent_frame"] * frame + len(audio)] = audio

@@ -58,7 +58,9 @@ def main() -> int:
         "through a local server with the default models.",
         epilog="Arguments after -- go to `voice-agent serve`, e.g. scripts/endpoint_eval -- --end-silence-ms 700",
     )
-    parser.add_argument("--script", default=str(SCRIPT), help="turn script [default scripts/endpoint_turns/script.yaml]")
+    parser.add_argument(
+        "--script", default=str(SCRIPT), help="turn script [default scripts/endpoint_turns/script.yaml]"
+    )
     parser.add_argument("-n", "--repeats", type=int, default=1, help="script repeats per point [default %(default)s]")
     parser.add_argument(
         "--sweep",
@@ -67,10 +69,14 @@ def main() -> int:
         help="sweep the turn thresholds: comma list of COMPLETE/DEFAULT/INCOMPLETE ms, one server each "
         f"[without a value: {SWEEP}]",
     )
-    parser.add_argument("--reply-timeout", type=float, default=15.0, help="seconds to wait for an answer [default %(default)s]")
+    parser.add_argument(
+        "--reply-timeout", type=float, default=15.0, help="seconds to wait for an answer [default %(default)s]"
+    )
     parser.add_argument("--out", help="output folder [default artifacts/endpointing/<date-time>]")
     parser.add_argument(
-        "--max-false-cutoff", type=float, help="exit 1 if the false cut-off rate is above this (e.g. 0.05); not with --sweep"
+        "--max-false-cutoff",
+        type=float,
+        help="exit 1 if the false cut-off rate is above this (e.g. 0.05); not with --sweep",
     )
     args, serve_args = parser.parse_known_args()
     serve_args = [a for a in serve_args if a != "--"]
@@ -88,7 +94,7 @@ def main() -> int:
     out.mkdir(parents=True, exist_ok=True)
 
     result = {
-        "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "created": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "command": shlex.join(["scripts/endpoint_eval", *sys.argv[1:]]),
         "machine": bench._machine(),
         "load_average_before": bench._load_average(),
@@ -170,13 +176,17 @@ def replay_locally(slug: str, serve_args: list[str], script, repeats: int, reply
     with bench.local_server(serve_args, out / f"server-{slug}.log") as (_, url):
         try:
             traces = asyncio.run(_replay(script, url, repeats, reply_timeout))
-        except asyncio.TimeoutError:
+        except TimeoutError:
             failure = f"the replay took longer than {POINT_TIMEOUT_S} s"
     runs = [analyse(trace) for trace in traces]
     failure = failure or next((run["failure"] for run in runs if run["failure"]), None)
     report = build(
-        script=script, url=url, transport="native", options={"sessions": [1], "repeats": repeats},
-        runs=runs, thresholds=Thresholds(),
+        script=script,
+        url=url,
+        transport="native",
+        options={"sessions": [1], "repeats": repeats},
+        runs=runs,
+        thresholds=Thresholds(),
     )
     report_path = out / f"replay-{slug}.json"
     report_path.write_text(json.dumps(report, indent=2) + "\n")
@@ -234,7 +244,11 @@ def markdown(result: dict) -> str:
     ]
     for point in result["points"]:
         s = point["summary"]
-        rate = "–" if s["false_cutoff_rate"] is None else f"{s['false_cutoffs']}/{s['paused_turns']} ({s['false_cutoff_rate']:.0%})"
+        rate = (
+            "–"
+            if s["false_cutoff_rate"] is None
+            else f"{s['false_cutoffs']}/{s['paused_turns']} ({s['false_cutoff_rate']:.0%})"
+        )
         lines.append(
             f"| {point['name']} | {rate} | {s['spoke_in_pause']} | {s['cutoffs_elsewhere']} "
             f"| {bench._ms(s['endpoint_ms']['p50'])} | {bench._ms(s['endpoint_ms']['p95'])} "
@@ -251,7 +265,13 @@ def markdown(result: dict) -> str:
             cells = [f"{by_tag[t]['cut_off']}/{by_tag[t]['turns']}" if t in by_tag else "–" for t in tags]
             lines.append(f"| {point['name']} | " + " | ".join(cells) + " |")
     for point in result["points"]:
-        lines += ["", f"Turns at {point['name']}:", "", "| turn | pauses | cut off | v2v | endpoint | transcript |", "|---|---|---|---:|---:|---|"]
+        lines += [
+            "",
+            f"Turns at {point['name']}:",
+            "",
+            "| turn | pauses | cut off | v2v | endpoint | transcript |",
+            "|---|---|---|---:|---:|---|",
+        ]
         for turn in point["turns"]:
             pauses = " ".join(f"{p:.0f}" for p in turn["pauses_ms"]) or "–"
             cut = turn["cut_off"] or ""

@@ -81,13 +81,33 @@ def main() -> int:
     )
     parser.add_argument("--levels", default="1,2,3,4,6", help="ramp concurrency levels [default %(default)s]")
     parser.add_argument("--all-levels", action="store_true", help="go on past the level where the median passes 1 s")
-    parser.add_argument("--flood-rounds", type=int, default=2, help="baseline + flooded replays, each [default %(default)s]")
-    parser.add_argument("--flood-rate", type=float, default=150.0, help="garbage messages per second [default %(default)s]")
-    parser.add_argument("--hard-every-s", type=float, default=5.0, help="an oversized or non-UTF-8 frame this often [default %(default)s]")
-    parser.add_argument("--soak-s", type=float, default=600.0, help="soak duration in seconds; 0 skips it [default %(default)s]")
-    parser.add_argument("--soak-warmup-s", type=float, default=300.0, help="soak traffic before the first minute compared [default %(default)s]")
-    parser.add_argument("--soak-sessions", type=int, default=2, help="concurrent sessions in the soak [default %(default)s]")
-    parser.add_argument("--script", default=str(bench.SCRIPT), help="turn script [default scripts/bench_turns/script.yaml]")
+    parser.add_argument(
+        "--flood-rounds", type=int, default=2, help="baseline + flooded replays, each [default %(default)s]"
+    )
+    parser.add_argument(
+        "--flood-rate", type=float, default=150.0, help="garbage messages per second [default %(default)s]"
+    )
+    parser.add_argument(
+        "--hard-every-s",
+        type=float,
+        default=5.0,
+        help="an oversized or non-UTF-8 frame this often [default %(default)s]",
+    )
+    parser.add_argument(
+        "--soak-s", type=float, default=600.0, help="soak duration in seconds; 0 skips it [default %(default)s]"
+    )
+    parser.add_argument(
+        "--soak-warmup-s",
+        type=float,
+        default=300.0,
+        help="soak traffic before the first minute compared [default %(default)s]",
+    )
+    parser.add_argument(
+        "--soak-sessions", type=int, default=2, help="concurrent sessions in the soak [default %(default)s]"
+    )
+    parser.add_argument(
+        "--script", default=str(bench.SCRIPT), help="turn script [default scripts/bench_turns/script.yaml]"
+    )
     parser.add_argument("--out", help="output folder [default artifacts/load/<date-time>]")
     args, serve_args = parser.parse_known_args()
     args.repeats = 1  # bench._run_level reads it
@@ -97,7 +117,7 @@ def main() -> int:
     out.mkdir(parents=True, exist_ok=True)
 
     result: dict = {
-        "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "created": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "command": shlex.join(["scripts/load", *sys.argv[1:]]),
         "server_command": shlex.join(["voice-agent", "serve", "--host", "127.0.0.1", *serve_args]),
         "machine": bench._machine(),
@@ -164,7 +184,9 @@ def soak(args, url: str, out: Path, server: subprocess.Popen) -> dict:
     started = time.monotonic()
     try:
         while time.monotonic() - started < args.soak_warmup_s + args.soak_s and len(passes) < MAX_SOAK_PASSES:
-            passes.append(bench._run_level(args.soak_sessions, args, url, out / "soak" / f"pass-{len(passes) + 1}", server))
+            passes.append(
+                bench._run_level(args.soak_sessions, args, url, out / "soak" / f"pass-{len(passes) + 1}", server)
+            )
     finally:
         sampler.stop()
     samples = sampler.samples
@@ -264,7 +286,7 @@ class Flooder(threading.Thread):
                         await asyncio.sleep(1 / self.rate)
                     reader.cancel()
                     await asyncio.gather(reader, return_exceptions=True)
-            except (OSError, websockets.WebSocketException, asyncio.TimeoutError) as exc:
+            except (TimeoutError, OSError, websockets.WebSocketException) as exc:
                 self.closes[f"{type(exc).__name__}"] += 1
                 await asyncio.sleep(0.1)
 
@@ -310,7 +332,9 @@ def passed(result: dict) -> bool:
     flood_result, soak_result = result.get("flood"), result.get("soak")
     return (
         result["ramp"]["failed_runs"] == 0
-        and (flood_result is None or (flood_result["failed_runs"] == 0 and (flood_result["increase"] or 0) <= FLOOD_BAR))
+        and (
+            flood_result is None or (flood_result["failed_runs"] == 0 and (flood_result["increase"] or 0) <= FLOOD_BAR)
+        )
         and (soak_result is None or (soak_result["failed_runs"] == 0 and abs(soak_result["rss_drift"]) <= RSS_BAR))
     )
 

@@ -154,7 +154,9 @@ def offline() -> None:
             totals[key][0] += errors
             totals[key][1] += count
         (s16, e16), (s8, e8) = speech_span_ms(clean), speech_span_ms(call)
-        print(f"  {text[:32]!r:36} {s16:5.0f}/{e16:5.0f} vs {s8:5.0f}/{e8:5.0f} | {heard['16k']!r} | {heard['8k-ulaw']!r}")
+        print(
+            f"  {text[:32]!r:36} {s16:5.0f}/{e16:5.0f} vs {s8:5.0f}/{e8:5.0f} | {heard['16k']!r} | {heard['8k-ulaw']!r}"
+        )
     for key, (errors, count) in totals.items():
         print(f"offline word error rate {key}: {errors / count:.1%} ({errors}/{count} words)")
 
@@ -182,26 +184,40 @@ async def main(repeats: int) -> None:
                     if condition == "twilio":
                         result = await run_twilio(base_url, text, log_path)
                     else:
-                        result = await run_native(ws_url, text, 8000 if "8k" in condition else 16000, "ulaw" in condition)
+                        result = await run_native(
+                            ws_url, text, 8000 if "8k" in condition else 16000, "ulaw" in condition
+                        )
                     result["text"] = text
                     results[condition].append(result)
-                    print(f"{round_} {condition:15s} v2v server {result.get('voice_to_voice_ms')} client {result['client_v2v_ms']:.0f}"
-                          f" endpoint {result.get('endpoint_ms')} heard {result.get('heard', '')!r}", flush=True)
+                    print(
+                        f"{round_} {condition:15s} v2v server {result.get('voice_to_voice_ms')} client {result['client_v2v_ms']:.0f}"
+                        f" endpoint {result.get('endpoint_ms')} heard {result.get('heard', '')!r}",
+                        flush=True,
+                    )
                     await asyncio.sleep(1.0)
     finally:
         stop_server(process, log_file)
 
-    print("\nmedian ms (p90, n)        server v2v              client v2v              endpoint                stt final")
+    print(
+        "\nmedian ms (p90, n)        server v2v              client v2v              endpoint                stt final"
+    )
     for condition, rows in results.items():
-        pick = lambda key: [r[key] for r in rows if r.get(key) is not None]  # noqa: E731
-        print(f"{condition:15s} {summary(pick('voice_to_voice_ms'))}  {summary(pick('client_v2v_ms'))}"
-              f"  {summary(pick('endpoint_ms'))}  {summary(pick('stt_final_ms'))}")
+
+        def pick(key: str, rows: list = rows) -> list:
+            return [r[key] for r in rows if r.get(key) is not None]
+
+        print(
+            f"{condition:15s} {summary(pick('voice_to_voice_ms'))}  {summary(pick('client_v2v_ms'))}"
+            f"  {summary(pick('endpoint_ms'))}  {summary(pick('stt_final_ms'))}"
+        )
     for condition in ("native-16k", "native-8k-ulaw"):
         errors = [word_errors(r["text"], r["heard"]) for r in results[condition]]
         exact = sum(1 for r in results[condition] if words(r["text"]) == words(r["heard"]))
-        print(f"{condition}: word error rate {sum(e for e, _ in errors) / sum(n for _, n in errors):.1%}, "
-              f"{exact}/{len(errors)} transcripts exact, one committed turn per question: "
-              f"{sum(1 for r in results[condition] if r.get('turn') == 1)}/{len(errors)}")
+        print(
+            f"{condition}: word error rate {sum(e for e, _ in errors) / sum(n for _, n in errors):.1%}, "
+            f"{exact}/{len(errors)} transcripts exact, one committed turn per question: "
+            f"{sum(1 for r in results[condition] if r.get('turn') == 1)}/{len(errors)}"
+        )
 
 
 if __name__ == "__main__":

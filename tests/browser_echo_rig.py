@@ -80,7 +80,12 @@ def main() -> None:
             )
             page = browser.new_page()
             page.add_init_script(MEASURE % ("true" if args.aec == "on" else "false"))
-            page.on("websocket", lambda ws: ws.on("framereceived", lambda f: messages.append(json.loads(f)) if isinstance(f, str) else None))
+            page.on(
+                "websocket",
+                lambda ws: ws.on(
+                    "framereceived", lambda f: messages.append(json.loads(f)) if isinstance(f, str) else None
+                ),
+            )
             page.goto(f"{args.url}/?playback={args.route}")
             page.click("#start")
             page.wait_for_function("document.getElementById('status-text').textContent.startsWith('Connected')")
@@ -94,8 +99,10 @@ def main() -> None:
     for index, levels in enumerate(onsets, 1):
         windows = [max(levels[i : i + 5]) for i in range(0, len(levels), 5)]  # 100 ms windows
         power = sum(10 ** (v / 10) for v in levels) / max(len(levels), 1)
-        print(f"  playback {index}: {len(levels) * 20} ms, mic {10 * math.log10(power + 1e-12):.1f} dBFS rms;"
-              f" loudest 100 ms windows of the first 800 ms: {[round(w) for w in windows[:8]]}")
+        print(
+            f"  playback {index}: {len(levels) * 20} ms, mic {10 * math.log10(power + 1e-12):.1f} dBFS rms;"
+            f" loudest 100 ms windows of the first 800 ms: {[round(w) for w in windows[:8]]}"
+        )
     for m in messages:
         if m["type"] == "clear" or (m["type"] == "transcript" and m["final"]):
             print("  ", m)

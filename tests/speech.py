@@ -12,7 +12,7 @@ from voice_agent.audio import resample
 SHARED_AUDIO = Path(__file__).resolve().parents[2] / "shared" / "audio"
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _voice():
     from voice_agent.tts import PiperTTS
 

@@ -24,7 +24,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 import soundfile as sf
-
 from conftest import ARTIFACTS, ROOT, start_server, stop_server
 from speech import silence
 
@@ -107,7 +106,10 @@ class Traffic:
     def _watch(self, ws) -> None:
         self.sockets += 1
         ws.on("framesent", self._sent)
-        ws.on("framereceived", lambda frame: self.received_json.append(json.loads(frame)) if isinstance(frame, str) else None)
+        ws.on(
+            "framereceived",
+            lambda frame: self.received_json.append(json.loads(frame)) if isinstance(frame, str) else None,
+        )
 
     def _sent(self, frame) -> None:
         if isinstance(frame, str):
@@ -163,7 +165,9 @@ def test_spoken_question_gets_a_spoken_answer(server, chromium, playwright, ques
 
     assert overflow <= 0, f"the page is {overflow}px wider than a 390px phone screen"
     assert traffic.sent_json[0] == {"type": "start", "sample_rate": 16000}
-    assert len(traffic.sent_audio_sizes) > 100 and set(traffic.sent_audio_sizes) == {640}, "20 ms PCM16 frames at 16 kHz"
+    assert len(traffic.sent_audio_sizes) > 100 and set(traffic.sent_audio_sizes) == {640}, (
+        "20 ms PCM16 frames at 16 kHz"
+    )
     server_marks = {m["name"] for m in traffic.received("mark")}
     echoed = [m["name"] for m in traffic.sent("mark")]
     assert echoed and set(echoed) <= server_marks, (echoed, server_marks)
@@ -244,7 +248,9 @@ def test_dropped_connection_reconnects(server, chromium, playwright, question_wa
         # Backoff starts at half a second; then the real server takes over.
         expect(page.locator("#status")).to_have_text("Connected · listening", timeout=10_000)
         expect(page.locator("#notice")).to_be_hidden()
-        expect(page.locator(".line.user:not(.partial) .text").first).to_have_text(re.compile(r"close.*sunday", re.I), timeout=TIMEOUT_MS)
+        expect(page.locator(".line.user:not(.partial) .text").first).to_have_text(
+            re.compile(r"close.*sunday", re.I), timeout=TIMEOUT_MS
+        )
     finally:
         browser.close()
     assert len(connections) == 2
@@ -260,7 +266,9 @@ def test_auth_token_goes_from_the_page_url_to_the_websocket(chromium, playwright
         refused = browser.new_page()
         refused.goto(base_url + "/")
         refused.click("#start")
-        expect(refused.locator("#notice")).to_have_text(re.compile(r"The server refused the connection: open this page with the right \?token="))
+        expect(refused.locator("#notice")).to_have_text(
+            re.compile(r"The server refused the connection: open this page with the right \?token=")
+        )
         expect(refused.locator("#status")).to_have_text("Connection refused")
 
         admitted = browser.new_page()

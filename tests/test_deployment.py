@@ -10,7 +10,6 @@ from __future__ import annotations
 import dataclasses
 import re
 
-
 from tests.conftest import ROOT
 from voice_agent.config import ENV_PREFIX, Settings, _parse
 
@@ -44,8 +43,14 @@ def test_the_image_runs_the_gpu_defaults():
 
 # Flags of other programs that the documents show: docker run, and vllm serve.
 DOCKER_FLAGS = {"gpus", "rm", "name", "env", "volume", "publish"}
-VLLM_FLAGS = {"tensor-parallel-size", "pipeline-parallel-size", "enforce-eager", "enable-prefix-caching",
-              "max-model-len", "port"}
+VLLM_FLAGS = {
+    "tensor-parallel-size",
+    "pipeline-parallel-size",
+    "enforce-eager",
+    "enable-prefix-caching",
+    "max-model-len",
+    "port",
+}
 
 
 def test_every_flag_in_the_deployment_guide_is_a_real_flag():

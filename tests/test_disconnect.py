@@ -23,8 +23,15 @@ async def test_disconnect_mid_answer_leaves_nothing_running():
     settings = Settings(port=free_port(), llm_max_tokens=400)
     engines = await asyncio.to_thread(load_engines, settings)
     await engines.warm_up()
-    server = uvicorn.Server(uvicorn.Config(create_app(settings, engines), port=settings.port, log_level="warning",
-                                           ws="websockets-sansio", lifespan="on"))
+    server = uvicorn.Server(
+        uvicorn.Config(
+            create_app(settings, engines),
+            port=settings.port,
+            log_level="warning",
+            ws="websockets-sansio",
+            lifespan="on",
+        )
+    )
     serving = asyncio.create_task(server.serve())
     while not server.started:
         await asyncio.sleep(0.05)

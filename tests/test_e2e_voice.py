@@ -14,8 +14,14 @@ from tests.wsclient import NativeClient
 pytestmark = pytest.mark.e2e
 
 METRIC_FIELDS = (
-    "turn", "voice_to_voice_ms", "endpoint_ms", "stt_final_ms", "stt_speculative",
-    "llm_ttft_ms", "first_chunk_ms", "tts_ttfa_ms",
+    "turn",
+    "voice_to_voice_ms",
+    "endpoint_ms",
+    "stt_final_ms",
+    "stt_speculative",
+    "llm_ttft_ms",
+    "first_chunk_ms",
+    "tts_ttfa_ms",
 )
 
 
@@ -64,8 +70,14 @@ async def test_barge_in_clears_and_stops_the_agent(ws_url):
     # may only come after the interruption's own final transcript.
     later = client.received[clear_index + 1 :]
     next_final = next(
-        (i for i, r in enumerate(later) if isinstance(r.message, dict) and r.message.get("type") == "transcript"
-         and r.message["role"] == "user" and r.message["final"]),
+        (
+            i
+            for i, r in enumerate(later)
+            if isinstance(r.message, dict)
+            and r.message.get("type") == "transcript"
+            and r.message["role"] == "user"
+            and r.message["final"]
+        ),
         len(later),
     )
     assert not any(isinstance(r.message, bytes) for r in later[:next_final])
@@ -93,8 +105,14 @@ async def test_bad_input_gets_errors_and_the_session_survives(ws_url):
         if len(codes) >= 6:
             break
         await asyncio.sleep(0.05)
-    assert codes == {"invalid_json", "unsupported_sample_rate", "odd_length_audio", "invalid_message",
-                     "unknown_type", "start_after_audio"}
+    assert codes == {
+        "invalid_json",
+        "unsupported_sample_rate",
+        "odd_length_audio",
+        "invalid_message",
+        "unknown_type",
+        "start_after_audio",
+    }
     assert all(m["message"] for m in client.json("error"))
     # Still a working session, at 16 kHz.
     await client.stream(np.concatenate([speech("Hello, how are you today?"), silence(0.3)]))

@@ -82,7 +82,10 @@ def test_measure_turn_puts_the_cut_off_in_the_pause_it_came_in():
 
 def test_measure_turn_without_cut_off():
     turn = measure_turn(
-        [user_final(11.4)], speech_start_at=9.0, speech_end_at=11.0, pauses_at=[(9.5, 10.4)],
+        [user_final(11.4)],
+        speech_start_at=9.0,
+        speech_end_at=11.0,
+        pauses_at=[(9.5, 10.4)],
         figures={"voice_to_voice_ms": 700.0, "final_transcript_ms": 400.0, "server": None},
     )
     assert turn["cut_off"] is None and turn["cut_off_pause_ms"] is None and turn["spoke_at_ms"] is None
@@ -91,8 +94,13 @@ def test_measure_turn_without_cut_off():
 
 def _turn(pauses_ms, cut=None, v2v=500.0, endpoint=400.0, tags=(), spoke_at=None):
     return {
-        "pauses_ms": pauses_ms, "cut_off": cut, "voice_to_voice_ms": v2v, "endpoint_ms": endpoint,
-        "final_transcript_ms": 300.0, "tags": list(tags), "spoke_at_ms": spoke_at,
+        "pauses_ms": pauses_ms,
+        "cut_off": cut,
+        "voice_to_voice_ms": v2v,
+        "endpoint_ms": endpoint,
+        "final_transcript_ms": 300.0,
+        "tags": list(tags),
+        "spoke_at_ms": spoke_at,
     }
 
 
@@ -127,7 +135,9 @@ def test_summary_without_paused_turns_has_no_rate():
 
 def test_script_tags(tmp_path):
     soundfile.write(tmp_path / "a.wav", np.concatenate([gap(0.2), tone(0.5), gap(0.2)]), RATE)
-    (tmp_path / "s.yaml").write_text("turns:\n  - file: a.wav\n    tags: [whole, short]\n  - file: a.wav\n    tags: one\n  - a.wav\n")
+    (tmp_path / "s.yaml").write_text(
+        "turns:\n  - file: a.wav\n    tags: [whole, short]\n  - file: a.wav\n    tags: one\n  - a.wav\n"
+    )
     script = load_script(str(tmp_path / "s.yaml"), RATE)
     assert [turn.tags for turn in script.turns] == [("whole", "short"), ("one",), ()]
     (tmp_path / "bad.yaml").write_text("turns:\n  - file: a.wav\n    tags: {a: 1}\n")

@@ -68,7 +68,10 @@ def record_evaluations(backend: LlamaCppBackend) -> list[list[int]]:
     for instance in backend._instances:
         calls: list[int] = []
         original = instance.llama.eval
-        instance.llama.eval = lambda tokens, original=original, calls=calls: (calls.append(len(tokens)), original(tokens))[1]
+        instance.llama.eval = lambda tokens, original=original, calls=calls: (
+            calls.append(len(tokens)),
+            original(tokens),
+        )[1]
         counts.append(calls)
     return counts
 

@@ -68,7 +68,7 @@ class ScriptedEndpoint:
     closed_by_client: asyncio.Event = field(default_factory=asyncio.Event)
     port: int = 0
 
-    async def start(self) -> "ScriptedEndpoint":
+    async def start(self) -> ScriptedEndpoint:
         self._server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
         self.port = self._server.sockets[0].getsockname()[1]
         return self
@@ -101,7 +101,8 @@ class ScriptedEndpoint:
         data = json.dumps(payload).encode()
         writer.write(
             f"HTTP/1.1 {status} X\r\ncontent-type: application/json\r\ncontent-length: {len(data)}\r\n"
-            f"connection: close\r\n\r\n".encode() + data
+            f"connection: close\r\n\r\n".encode()
+            + data
         )
         await writer.drain()
 

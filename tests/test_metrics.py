@@ -88,9 +88,10 @@ async def test_event_loop_lag_is_measured():
     got = samples(metrics.render().decode())
     assert got[("voice_agent_event_loop_lag_seconds_count", ())] >= 2
     assert got[("voice_agent_event_loop_lag_seconds_sum", ())] >= 0.15
-    assert got[("voice_agent_event_loop_lag_seconds_bucket", (("le", "0.1"),))] < got[
-        ("voice_agent_event_loop_lag_seconds_count", ())
-    ]
+    assert (
+        got[("voice_agent_event_loop_lag_seconds_bucket", (("le", "0.1"),))]
+        < got[("voice_agent_event_loop_lag_seconds_count", ())]
+    )
 
 
 def test_two_apps_in_one_process_keep_their_own_counts():

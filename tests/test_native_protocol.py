@@ -90,11 +90,17 @@ def test_server_messages():
     audio = codec.send(AgentAudio(np.array([0.5, -0.5], np.float32)))
     assert audio == np.array([16384, -16384], "<i2").tobytes()
     assert json.loads(codec.send(Transcript("user", "hi", True))) == {
-        "type": "transcript", "role": "user", "text": "hi", "final": True,
+        "type": "transcript",
+        "role": "user",
+        "text": "hi",
+        "final": True,
     }
     assert json.loads(codec.send(Clear())) == {"type": "clear"}
     assert json.loads(codec.send(Mark("1.0"))) == {"type": "mark", "name": "1.0"}
-    assert json.loads(codec.send(Metrics({"voice_to_voice_ms": 12.5}))) == {"type": "metrics", "voice_to_voice_ms": 12.5}
+    assert json.loads(codec.send(Metrics({"voice_to_voice_ms": 12.5}))) == {
+        "type": "metrics",
+        "voice_to_voice_ms": 12.5,
+    }
     assert json.loads(codec.send(Error("x", "y"))) == {"type": "error", "code": "x", "message": "y"}
 
 
@@ -104,10 +110,14 @@ def test_any_text_yields_events_never_an_exception(text):
     assert isinstance(events, list)
 
 
-@given(st.recursive(st.none() | st.booleans() | st.floats() | st.integers() | st.text(max_size=20),
-                    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
-                    max_leaves=20),
-       st.sampled_from(["start", "mark", "text", "stop", "other"]))
+@given(
+    st.recursive(
+        st.none() | st.booleans() | st.floats() | st.integers() | st.text(max_size=20),
+        lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+        max_leaves=20,
+    ),
+    st.sampled_from(["start", "mark", "text", "stop", "other"]),
+)
 def test_any_json_message_yields_events(value, kind):
     message = {"type": kind, "sample_rate": value, "name": value, "text": value}
     events = NativeProtocol().receive_text(json.dumps(message))

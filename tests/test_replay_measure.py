@@ -158,7 +158,8 @@ def test_dry_spells_are_gaps_inside_an_answer():
         *agent_frames(2.3, 1.0),  # the second came 500 ms after the first had played
         *agent_frames(3.32, 0.5),  # 20 ms: a glitch, not a dry spell
         user_final,
-        *agent_frames(5.5, 0.4), MessageIn(5.9, "clear"),  # the next answer, interrupted
+        *agent_frames(5.5, 0.4),
+        MessageIn(5.9, "clear"),  # the next answer, interrupted
         *agent_frames(6.5, 0.5),  # an answer after the interruption
     ]
     assert dry_spells(received) == [pytest.approx(0.5)]
@@ -170,12 +171,26 @@ def test_measure_turn_with_known_timings():
         MessageIn(1.1, "transcript", {"role": "user", "text": "I'd like a", "final": False}),
         MessageIn(2.45, "transcript", {"role": "user", "text": "I'd like a table for four.", "final": True}),
         *agent_frames(2.8, 1.0, silent_frames=2),
-        MessageIn(2.801, "metrics", {"voice_to_voice_ms": 790.0, "endpoint_ms": 350, "tts_ttfa_ms": 100, "first_chunk_ms": 150, "llm_ttft_ms": 60}),
+        MessageIn(
+            2.801,
+            "metrics",
+            {
+                "voice_to_voice_ms": 790.0,
+                "endpoint_ms": 350,
+                "tts_ttfa_ms": 100,
+                "first_chunk_ms": 150,
+                "llm_ttft_ms": 60,
+            },
+        ),
         MessageIn(3.9, "transcript", {"role": "agent", "text": "Sure.", "final": True}),
     ]
     received.sort(key=lambda item: item.at)
     figures = measure_turn(
-        received, sent_at=0.4, speech_start_at=speech_start, speech_end_at=speech_end, until=5.0,
+        received,
+        sent_at=0.4,
+        speech_start_at=speech_start,
+        speech_end_at=speech_end,
+        until=5.0,
         expect="I'd like a table for four people.",
     )
     assert abs(figures["voice_to_voice_ms"] - 840) <= 20
@@ -217,7 +232,13 @@ def test_a_later_final_replaces_an_earlier_one_when_the_agent_never_spoke():
 
 def test_server_stages_work_back_from_the_first_audio():
     stages = server_stages(
-        {"voice_to_voice_ms": 900.0, "endpoint_ms": 350.0, "tts_ttfa_ms": 120.0, "first_chunk_ms": 300.0, "llm_ttft_ms": 80.0}
+        {
+            "voice_to_voice_ms": 900.0,
+            "endpoint_ms": 350.0,
+            "tts_ttfa_ms": 120.0,
+            "first_chunk_ms": 300.0,
+            "llm_ttft_ms": 80.0,
+        }
     )
     assert stages == {"endpoint": 350.0, "first_tts_audio": 900.0, "stt_final": 480.0, "llm_first_token": 560.0}
     assert server_stages({}) == {}
@@ -278,7 +299,9 @@ def test_script_errors_say_what_is_wrong(tmp_path):
         with pytest.raises(ScriptError, match=message):
             load_script(str(path), RATE)
     path = tmp_path / "script.json"
-    path.write_text(json.dumps({"turns": [{"file": "a.wav", "start": "barge-in:300", "expect": "hi", "name": "first"}]}))
+    path.write_text(
+        json.dumps({"turns": [{"file": "a.wav", "start": "barge-in:300", "expect": "hi", "name": "first"}]})
+    )
     turn = load_script(str(path), RATE).turns[0]
     assert (turn.name, turn.start, turn.expect) == ("first", StartRule("barge-in", 300), "hi")
 
@@ -290,7 +313,11 @@ def test_client_codec_reads_what_the_server_codec_writes():
     server, client = NativeProtocol(), NativeClientCodec()
     samples = (np.arange(320, dtype=np.float32) / 320 - 0.5) * 0.5
     for event in (
-        Transcript("user", "hello", True), Clear(), Mark("1.0"), Metrics({"turn": 1, "voice_to_voice_ms": 812.3}), Error("x", "y"),
+        Transcript("user", "hello", True),
+        Clear(),
+        Mark("1.0"),
+        Metrics({"turn": 1, "voice_to_voice_ms": 812.3}),
+        Error("x", "y"),
     ):
         assert client.receive(server.send(event)) == [event]
     (audio,) = client.receive(server.send(AgentAudio(samples)))
@@ -303,9 +330,31 @@ def test_client_codec_reads_what_the_server_codec_writes():
 
 
 def test_thresholds():
-    turn = {"voice_to_voice_ms": 900.0, "wer": 0.1, "agent_spoke_during_turn": False, "start": "after-reply:800", "barge_in_cleared": None,
-            **{k: None for k in ("server_voice_to_voice_ms", "client_minus_server_ms", "first_transcript_ms", "final_transcript_ms", "barge_in_stop_ms")}}
-    runs = [{"concurrency": 1, "failure": None, "turns": [turn, {**turn, "voice_to_voice_ms": 1100.0}], "dry_spells_ms": [250.0]}]
+    turn = {
+        "voice_to_voice_ms": 900.0,
+        "wer": 0.1,
+        "agent_spoke_during_turn": False,
+        "start": "after-reply:800",
+        "barge_in_cleared": None,
+        **{
+            k: None
+            for k in (
+                "server_voice_to_voice_ms",
+                "client_minus_server_ms",
+                "first_transcript_ms",
+                "final_transcript_ms",
+                "barge_in_stop_ms",
+            )
+        },
+    }
+    runs = [
+        {
+            "concurrency": 1,
+            "failure": None,
+            "turns": [turn, {**turn, "voice_to_voice_ms": 1100.0}],
+            "dry_spells_ms": [250.0],
+        }
+    ]
     summary = summarise(runs)
     assert summary["1"]["dry_spells_ms"]["n"] == 1
     assert summary["1"]["voice_to_voice_ms"]["p50"] == 1000.0
@@ -333,7 +382,11 @@ async def fake_agent(websocket):
     async def answer(speech_end_at: float) -> None:
         await asyncio.sleep(max(0.0, speech_end_at + ANSWER_DELAY_S - time.monotonic()))
         sent_first = time.monotonic()
-        await websocket.send(json.dumps({"type": "metrics", "turn": 1, "voice_to_voice_ms": round((sent_first - speech_end_at) * 1000, 1)}))
+        await websocket.send(
+            json.dumps(
+                {"type": "metrics", "turn": 1, "voice_to_voice_ms": round((sent_first - speech_end_at) * 1000, 1)}
+            )
+        )
         for i in range(75):
             level = 0.0 if i < 2 else 0.3
             await websocket.send((np.full(frame, level * 32767, np.int16)).tobytes())

@@ -42,28 +42,35 @@ class SlowTTS:
 
 
 def make_reply(llm, tts, emit=lambda event: None, **options) -> Reply:
-    return Reply(llm=llm, tts=tts, messages=[], output_rate=RATE, lead_s=10.0, emit=emit, turn=1, user_text="hi", **options)
+    return Reply(
+        llm=llm, tts=tts, messages=[], output_rate=RATE, lead_s=10.0, emit=emit, turn=1, user_text="hi", **options
+    )
 
 
 async def test_the_llm_waits_while_the_first_chunk_is_synthesized():
     log: list[str] = []
     events: list = []
-    reply = make_reply(RecordingLLM("Sure, I can. Here is more. And more.", log), SlowTTS(log), events.append,
-                       first_chunk_min_words=1)
+    reply = make_reply(
+        RecordingLLM("Sure, I can. Here is more. And more.", log), SlowTTS(log), events.append, first_chunk_min_words=1
+    )
     await asyncio.wait_for(reply.run(), 5)
     first_done = log.index("synthesized Sure,")
     # "Sure, " closes the first chunk; no other token is read until its audio exists.
     assert log[:3] == ["token Sure,", "synthesize Sure,", "synthesized Sure,"]
     assert log.index("token I") > first_done
     assert reply.text == "Sure, I can. Here is more. And more."
-    assert sum(len(e.samples) for e in events if isinstance(e, AgentAudio)) == 4 * RATE // 10  # four chunks, 100 ms each
+    assert (
+        sum(len(e.samples) for e in events if isinstance(e, AgentAudio)) == 4 * RATE // 10
+    )  # four chunks, 100 ms each
 
 
 async def test_cancelling_while_the_first_chunk_is_synthesized_closes_the_llm_stream_at_once():
     # The LLM backend frees its model instance when its stream closes; a stream
     # left for the garbage collector would free it while its worker still runs.
     log: list[str] = []
-    reply = make_reply(ClosingLLM("Sure, I can. Here is more.", log), SlowTTS(log, seconds=1.0), first_chunk_min_words=1)
+    reply = make_reply(
+        ClosingLLM("Sure, I can. Here is more.", log), SlowTTS(log, seconds=1.0), first_chunk_min_words=1
+    )
     running = asyncio.create_task(reply.run())
     while "synthesize Sure," not in log:
         await asyncio.sleep(0.01)

@@ -111,8 +111,14 @@ class Harness:
         self.llm = FakeLLM(answer)
         self.stt = FakeSTT()
         engines = Engines(vad=EnergyVAD(), stt=self.stt, llm=self.llm, tts=FakeTTS())
-        defaults = dict(end_silence_complete_ms=200, end_silence_ms=200, end_silence_incomplete_ms=200,
-                        stt_speculative_silence_ms=64, output_lead_ms=100, first_chunk_min_words=3)
+        defaults = dict(
+            end_silence_complete_ms=200,
+            end_silence_ms=200,
+            end_silence_incomplete_ms=200,
+            stt_speculative_silence_ms=64,
+            output_lead_ms=100,
+            first_chunk_min_words=3,
+        )
         self.settings = Settings(**{**defaults, **settings})
         self.events: list = []
         self.session = Session(engines, self.settings, self.events.append, "test")
@@ -351,8 +357,7 @@ async def test_steady_faint_noise_holds_a_commit_back_only_briefly():
 
 
 async def test_preemptive_generation_can_be_turned_off():
-    h = Harness(end_silence_complete_ms=600, end_silence_ms=600, end_silence_incomplete_ms=600,
-                preemptive_generation=0)
+    h = Harness(end_silence_complete_ms=600, end_silence_ms=600, end_silence_incomplete_ms=600, preemptive_generation=0)
     await h.feed(tone(0.5), realtime=False)
     await h.feed(quiet(0.3))
     assert h.llm.requests == []
@@ -421,8 +426,12 @@ def test_what_counts_as_an_acknowledgement(text, acknowledgement):
 
 
 async def test_speech_too_short_to_check_pauses_the_agent_then_lets_it_go_on():
-    h = Harness(answer=" ".join(f"w{i}." for i in range(60)), barge_in_min_speech_ms=100,
-                barge_in_check_ms=400, barge_in_force_ms=5000)
+    h = Harness(
+        answer=" ".join(f"w{i}." for i in range(60)),
+        barge_in_min_speech_ms=100,
+        barge_in_check_ms=400,
+        barge_in_force_ms=5000,
+    )
     await h.feed(tone(0.5), realtime=False)
     await h.feed(quiet(0.3))
     await h.until(lambda: h.of(AgentAudio))
@@ -489,7 +498,7 @@ async def test_arrival_time_ignores_our_own_stalls():
     sample = 55 * 320
 
     def feed(session, times):
-        for index, at in enumerate(times):
+        for at in times:
             now[0] = at
             session._on_audio(tone(0.02))  # speech, so the turn keeps its audio and timeline
 
@@ -506,8 +515,7 @@ async def test_arrival_time_ignores_our_own_stalls():
 
 async def test_a_stale_partial_does_not_end_the_turn_before_the_words_are_in():
     # A partial says "We arrive." while the last words are still being transcribed.
-    h = Harness(end_silence_complete_ms=200, end_silence_ms=400, end_silence_incomplete_ms=900,
-                preemptive_generation=0)
+    h = Harness(end_silence_complete_ms=200, end_silence_ms=400, end_silence_incomplete_ms=900, preemptive_generation=0)
     await h.feed(tone(0.5), realtime=False)
     h.session._turn.partial_text = "We arrive."
     h.stt.delay = 0.6  # the speculative final is slow

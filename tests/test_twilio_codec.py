@@ -10,7 +10,8 @@ import xml.etree.ElementTree as ET
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tests.test_session import Harness, quiet, tone
 from voice_agent.audio import StreamResampler, float_to_int16, mulaw_decode, mulaw_encode, resample
@@ -83,7 +84,18 @@ def test_mulaw_encoding_matches_g711_for_every_16_bit_sample():
     samples = np.arange(-32768, 32768)
     expected = bytes(g191_ulaw_compress(int(x)) for x in samples)
     assert mulaw_encode(samples.astype(np.int16)) == expected
-    spot = {0: 0xFF, -1: 0x7F, -4: 0x7F, 4: 0xFE, 32: 0xFB, -32: 0x7B, 1000: 0xCE, -1000: 0x4E, 32767: 0x80, -32768: 0x00}
+    spot = {
+        0: 0xFF,
+        -1: 0x7F,
+        -4: 0x7F,
+        4: 0xFE,
+        32: 0xFB,
+        -32: 0x7B,
+        1000: 0xCE,
+        -1000: 0x4E,
+        32767: 0x80,
+        -32768: 0x00,
+    }
     assert mulaw_encode(np.array(list(spot), np.int16)) == bytes(spot.values())
 
 
@@ -214,9 +226,17 @@ def test_telnyx_dialect():
     }
     assert codec.receive_text(json.dumps({"event": "connected", "version": "1.0.0"})) == []
     [event] = codec.receive_text(json.dumps(start))
-    assert event == SessionStarted(8000, {"stream_id": "32DE0DEA", "call_id": "v3:abc", "custom_parameters": {"greeting": "Hi."}, "greeting": "Hi."})
+    assert event == SessionStarted(
+        8000,
+        {"stream_id": "32DE0DEA", "call_id": "v3:abc", "custom_parameters": {"greeting": "Hi."}, "greeting": "Hi."},
+    )
     payload = base64.b64encode(b"\xff" * 160).decode()
-    media = {"event": "media", "sequence_number": "2", "stream_id": "32DE0DEA", "media": {"track": "inbound", "chunk": "1", "timestamp": "0", "payload": payload}}
+    media = {
+        "event": "media",
+        "sequence_number": "2",
+        "stream_id": "32DE0DEA",
+        "media": {"track": "inbound", "chunk": "1", "timestamp": "0", "payload": payload},
+    }
     [audio] = codec.receive_text(json.dumps(media))
     assert np.array_equal(audio.samples, np.zeros(160, np.float32))
     echo = {**media, "sequence_number": "3", "media": {**media["media"], "track": "outbound"}}
@@ -243,7 +263,10 @@ def envelope(event: str, sequence: int = 5, **fields) -> str:
         ('{"no": "event"}', "unknown_event"),
         (json.dumps({"event": "hangup", "sequenceNumber": "5", "streamSid": SID}), "unknown_event"),
         (json.dumps({"event": "media", "streamSid": SID, "media": {"payload": ""}}), "invalid_message"),
-        (json.dumps({"event": "media", "sequenceNumber": "x1", "streamSid": SID, "media": {"payload": ""}}), "invalid_message"),
+        (
+            json.dumps({"event": "media", "sequenceNumber": "x1", "streamSid": SID, "media": {"payload": ""}}),
+            "invalid_message",
+        ),
         (json.dumps({"event": "media", "sequenceNumber": "5", "media": {"payload": ""}}), "wrong_stream"),
         (envelope("media", streamSid="MZother", media={"payload": ""}), "wrong_stream"),
         (envelope("media"), "invalid_message"),
@@ -285,9 +308,33 @@ def test_events_before_start_are_reported():
         ({}, "invalid_message"),
         ({"start": "x"}, "invalid_message"),
         ({"start": {"mediaFormat": {"encoding": "audio/x-mulaw"}}}, "invalid_message"),
-        ({"start": {"streamSid": SID, "mediaFormat": {"encoding": "audio/x-alaw", "sampleRate": 8000, "channels": 1}}}, "unsupported_media_format"),
-        ({"start": {"streamSid": SID, "mediaFormat": {"encoding": "audio/x-mulaw", "sampleRate": 16000, "channels": 1}}}, "unsupported_media_format"),
-        ({"start": {"streamSid": SID, "mediaFormat": {"encoding": "audio/x-mulaw", "sampleRate": 8000, "channels": 2}}}, "unsupported_media_format"),
+        (
+            {
+                "start": {
+                    "streamSid": SID,
+                    "mediaFormat": {"encoding": "audio/x-alaw", "sampleRate": 8000, "channels": 1},
+                }
+            },
+            "unsupported_media_format",
+        ),
+        (
+            {
+                "start": {
+                    "streamSid": SID,
+                    "mediaFormat": {"encoding": "audio/x-mulaw", "sampleRate": 16000, "channels": 1},
+                }
+            },
+            "unsupported_media_format",
+        ),
+        (
+            {
+                "start": {
+                    "streamSid": SID,
+                    "mediaFormat": {"encoding": "audio/x-mulaw", "sampleRate": 8000, "channels": 2},
+                }
+            },
+            "unsupported_media_format",
+        ),
         ({"start": {"streamSid": SID, "mediaFormat": "mulaw"}}, "unsupported_media_format"),
     ],
 )
@@ -299,7 +346,12 @@ def test_a_bad_start_is_reported_and_starts_nothing(start, code):
 
 def test_custom_parameters_that_are_not_an_object_are_reported_but_the_call_starts():
     codec = MediaStreamsProtocol()
-    message = {"event": "start", "sequenceNumber": "1", "streamSid": SID, "start": {"streamSid": SID, "customParameters": [1]}}
+    message = {
+        "event": "start",
+        "sequenceNumber": "1",
+        "streamSid": SID,
+        "start": {"streamSid": SID, "customParameters": [1]},
+    }
     events = codec.receive_text(json.dumps(message))
     assert errors(events) == ["invalid_message"] and isinstance(events[-1], SessionStarted)
 
@@ -341,7 +393,13 @@ def messages():
             )
             | json_values,
             "media": st.fixed_dictionaries(
-                {}, optional={"payload": st.text(max_size=40) | st.binary(max_size=30).map(lambda b: base64.b64encode(b).decode()) | json_values, "track": json_values}
+                {},
+                optional={
+                    "payload": st.text(max_size=40)
+                    | st.binary(max_size=30).map(lambda b: base64.b64encode(b).decode())
+                    | json_values,
+                    "track": json_values,
+                },
             )
             | json_values,
             "mark": st.fixed_dictionaries({}, optional={"name": json_values}) | json_values,
@@ -438,7 +496,13 @@ def test_twiml_carries_a_token_and_escaped_parameters():
 
 def test_signature_matches_twilios_published_examples():
     url = "https://mycompany.com/myapp.php?foo=1&bar=2"
-    params = {"CallSid": "CA1234567890ABCDE", "Caller": "+14158675309", "Digits": "1234", "From": "+14158675309", "To": "+18005551212"}
+    params = {
+        "CallSid": "CA1234567890ABCDE",
+        "Caller": "+14158675309",
+        "Digits": "1234",
+        "From": "+14158675309",
+        "To": "+18005551212",
+    }
     assert signature("12345", url, params.items()) == "RSOYDt4T1cUTdK1PDd93/VVr8B8="
     assert is_valid_signature("12345", url, reversed(params.items()), "RSOYDt4T1cUTdK1PDd93/VVr8B8=")
     repeated = [("Sid", "CA123"), ("SidAccount", "AC123"), ("Digits", "5678"), ("Digits", "1234"), ("Digits", "1234")]

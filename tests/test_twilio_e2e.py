@@ -32,7 +32,10 @@ SID = "MZ" + "e2e0" * 8
 @pytest.fixture(scope="module")
 def phone_server():
     process, base_url, log_file = start_server(
-        "--telephony-token", TOKEN, "--public-host", PUBLIC_HOST,
+        "--telephony-token",
+        TOKEN,
+        "--public-host",
+        PUBLIC_HOST,
         env={"VOICE_AGENT_TWILIO_AUTH_TOKEN": AUTH_TOKEN},
     )
     yield base_url
@@ -100,18 +103,27 @@ async def test_a_call_gets_a_spoken_answer_paced_and_marked_then_barge_in_clears
     line = asyncio.create_task(client.stream(silence(30.0, RATE)))
     await client.wait_for(lambda m: m.get("event") == "mark", 20)
     marks = client.of("mark")
-    assert all(m.message["streamSid"] == SID and m.message["mark"]["name"] and set(m.message) == {"event", "streamSid", "mark"} for m in marks)
+    assert all(
+        m.message["streamSid"] == SID and m.message["mark"]["name"] and set(m.message) == {"event", "streamSid", "mark"}
+        for m in marks
+    )
     line.cancel()
     await client.close()
 
 
 async def test_greeting_parameter_dtmf_and_garbage(phone_server):
-    client = await TwilioClient.connect(local_stream_url(phone_server), SID, {"greeting": "Thanks for calling. How can I help?"})
+    client = await TwilioClient.connect(
+        local_stream_url(phone_server), SID, {"greeting": "Thanks for calling. How can I help?"}
+    )
     line = asyncio.create_task(client.stream(silence(30.0, RATE)))
     # The agent speaks first.
     await client.wait_for(lambda m: m.get("event") == "media", 10)
-    for garbage in ("{nope", json.dumps({"event": "media", "sequenceNumber": "1", "streamSid": SID, "media": {"payload": "!!"}}),
-                    json.dumps({"event": "mystery"}), json.dumps({"event": "media", "sequenceNumber": "99999", "streamSid": "MZx"})):
+    for garbage in (
+        "{nope",
+        json.dumps({"event": "media", "sequenceNumber": "1", "streamSid": SID, "media": {"payload": "!!"}}),
+        json.dumps({"event": "mystery"}),
+        json.dumps({"event": "media", "sequenceNumber": "99999", "streamSid": "MZx"}),
+    ):
         await client.ws.send(garbage)
     mark = await client.wait_for(lambda m: m.get("event") == "mark", 15)  # the greeting's last chunk was sent
     assert mark.message == {"event": "mark", "streamSid": SID, "mark": {"name": mark.message["mark"]["name"]}}

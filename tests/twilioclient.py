@@ -5,8 +5,9 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import websockets
@@ -33,7 +34,9 @@ class TwilioClient:
     _reader: asyncio.Task | None = None
 
     @classmethod
-    async def connect(cls, url: str, stream_sid: str = "MZ" + "a" * 32, parameters: dict[str, str] | None = None, **kwargs) -> "TwilioClient":
+    async def connect(
+        cls, url: str, stream_sid: str = "MZ" + "a" * 32, parameters: dict[str, str] | None = None, **kwargs
+    ) -> TwilioClient:
         ws = await websockets.connect(url, max_size=None)
         client = cls(ws, TwilioCaller(stream_sid, "CA" + "b" * 32, parameters), **kwargs)
         client._reader = asyncio.create_task(client._read())

@@ -9,8 +9,9 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
@@ -38,7 +39,7 @@ class NativeClient:
         return self.connection.websocket
 
     @classmethod
-    async def connect(cls, url: str, rate: int | None = 16000) -> "NativeClient":
+    async def connect(cls, url: str, rate: int | None = 16000) -> NativeClient:
         client = cls(await Connection.open(url, NativeClientCodec(), rate), rate or 16000)
         client._reader = asyncio.create_task(client._read())
         return client
@@ -54,7 +55,11 @@ class NativeClient:
         return time.monotonic()
 
     def json(self, kind: str | None = None) -> list[dict]:
-        return [r.message for r in self.received if isinstance(r.message, dict) and (kind is None or r.message.get("type") == kind)]
+        return [
+            r.message
+            for r in self.received
+            if isinstance(r.message, dict) and (kind is None or r.message.get("type") == kind)
+        ]
 
     def audio_messages(self) -> list[Received]:
         return [r for r in self.received if isinstance(r.message, bytes)]

@@ -10,7 +10,7 @@ clients send no ``Origin`` and are left to the token.
 from __future__ import annotations
 
 import hmac
-from typing import Mapping
+from collections.abc import Mapping
 
 UNAUTHORIZED = "unauthorized"
 FORBIDDEN_ORIGIN = "forbidden_origin"

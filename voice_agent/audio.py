@@ -39,9 +39,7 @@ class StreamResampler:
         self.in_rate = in_rate
         self.out_rate = out_rate
         self._stream = (
-            None
-            if in_rate == out_rate
-            else soxr.ResampleStream(in_rate, out_rate, 1, dtype="float32", quality=quality)
+            None if in_rate == out_rate else soxr.ResampleStream(in_rate, out_rate, 1, dtype="float32", quality=quality)
         )
 
     def process(self, samples: np.ndarray, last: bool = False) -> np.ndarray:
@@ -54,9 +52,7 @@ def resample(samples: np.ndarray, in_rate: int, out_rate: int) -> np.ndarray:
     """Resample a whole signal at once."""
     if in_rate == out_rate:
         return samples.astype(np.float32, copy=False)
-    return soxr.resample(samples.astype(np.float32, copy=False), in_rate, out_rate).astype(
-        np.float32, copy=False
-    )
+    return soxr.resample(samples.astype(np.float32, copy=False), in_rate, out_rate).astype(np.float32, copy=False)
 
 
 # G.711 μ-law, bit-exact with the ITU-T G.191 reference implementation (g711.c):

@@ -107,7 +107,10 @@ class SentenceChunker:
     def _phrase_break(self, text: str) -> int | None:
         """Index of the space before the first phrase start with enough words before it, or None."""
         for match in _NEXT_WORD.finditer(text):
-            if match.group(1).lower() in PHRASE_STARTS and len(words(text[: match.start()])) >= self.first_chunk_min_words:
+            if (
+                match.group(1).lower() in PHRASE_STARTS
+                and len(words(text[: match.start()])) >= self.first_chunk_min_words
+            ):
                 return match.start()
         return None
 

@@ -11,8 +11,9 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 ENV_PREFIX = "VOICE_AGENT_"
 
@@ -46,9 +47,7 @@ class Settings:
     # Two threads: a 3 s utterance took 81 ms with 2 and 129 ms with 1 on this
     # 2-core CPU, once numpy's own BLAS thread stopped spinning beside it (stt.py).
     stt_threads: int = _opt(2, "CPU threads per faster-whisper call.", "stt")
-    stt_workers: int = _opt(
-        2, "Concurrent faster-whisper calls across all sessions.", "stt"
-    )
+    stt_workers: int = _opt(2, "Concurrent faster-whisper calls across all sessions.", "stt")
     stt_beam_size: int = _opt(1, "Beam size for the final transcript (1 is greedy).", "stt")
     stt_language: str = _opt("en", "Language code passed to Whisper.", "stt")
     stt_window_s: float = _opt(
@@ -57,9 +56,7 @@ class Settings:
         "30 reproduces faster-whisper's fixed 30 s padding; under about 5 s the decoder loops.",
         "stt",
     )
-    partial_interval_ms: int = _opt(
-        500, "Minimum new speech between two partial transcripts.", "stt"
-    )
+    partial_interval_ms: int = _opt(500, "Minimum new speech between two partial transcripts.", "stt")
 
     # 64 ms, two VAD windows: with Whisper at 2 threads (about 115 ms per final
     # transcript in the benchmark) the answer is then ready by the time a complete
@@ -67,8 +64,7 @@ class Settings:
     # median 405 ms, final transcript 114 ms; the run before with 96: 466 ms, 116 ms.
     stt_speculative_silence_ms: int = _opt(
         64,
-        "Silence after which the final transcription starts speculatively, "
-        "before the turn is known to be over.",
+        "Silence after which the final transcription starts speculatively, before the turn is known to be over.",
         "stt",
     )
 
@@ -82,26 +78,20 @@ class Settings:
 
     # Voice activity and turn detection
     vad_threshold: float = _opt(0.5, "Silero speech probability that counts as speech.", "turn")
-    vad_min_speech_ms: int = _opt(
-        96, "Speech needed before a user turn is considered started.", "turn"
-    )
+    vad_min_speech_ms: int = _opt(96, "Speech needed before a user turn is considered started.", "turn")
     # Defaults favour latency (docs/endpointing.md, "The defaults"): with them the
     # agent answers into some mid-turn pauses of the eval (the held answer is
     # ready when the turn commits, so the user hears it): 7 of its 20 paused
     # turns. 700/1000 (complete/no hint) cut none of them, at about 300 ms
     # more delay: use it where being cut off costs more than waiting.
-    end_silence_complete_ms: int = _opt(
-        350, "Silence that ends a turn after a complete sentence.", "turn"
-    )
-    end_silence_ms: int = _opt(
-        600, "Silence that ends a turn when the transcript gives no hint.", "turn"
-    )
+    end_silence_complete_ms: int = _opt(350, "Silence that ends a turn after a complete sentence.", "turn")
+    end_silence_ms: int = _opt(600, "Silence that ends a turn when the transcript gives no hint.", "turn")
     # 2000, not 1200: speakers of the eval paused 1.3 and 1.5 s after "my" and
     # "at" and were answered at 1.2 s; a turn that really ends on such a word is rare.
     end_silence_incomplete_ms: int = _opt(
         2000,
         "Silence that ends a turn after a trailing conjunction, article, filler or number, "
-        "or a phrase like \"let me see\".",
+        'or a phrase like "let me see".',
         "turn",
     )
     max_turn_s: float = _opt(30.0, "A turn longer than this is committed at once.", "turn")
@@ -126,9 +116,7 @@ class Settings:
         "over it (checked with STT). Empty: any speech past --barge-in-min-speech-ms interrupts.",
         "turn",
     )
-    barge_in_force_ms: int = _opt(
-        900, "User speech over the agent that interrupts it whatever the words.", "turn"
-    )
+    barge_in_force_ms: int = _opt(900, "User speech over the agent that interrupts it whatever the words.", "turn")
 
     # LLM
     llm: str = _opt(
@@ -154,24 +142,16 @@ class Settings:
         "llm",
         ("auto", "off", "q8_0"),
     )
-    llm_url: str = _opt(
-        "", "Base URL of the OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1.", "llm"
-    )
+    llm_url: str = _opt("", "Base URL of the OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1.", "llm")
     llm_api_key_env: str = _opt(
         "OPENAI_API_KEY",
         "Environment variable holding the endpoint's API key; unset or empty sends none.",
         "llm",
     )
-    llm_timeout_s: float = _opt(
-        10.0, "Connect timeout and longest silence within a stream from the endpoint.", "llm"
-    )
-    llm_retries: int = _opt(
-        2, "Retries of a failed endpoint request before its first token.", "llm"
-    )
+    llm_timeout_s: float = _opt(10.0, "Connect timeout and longest silence within a stream from the endpoint.", "llm")
+    llm_retries: int = _opt(2, "Retries of a failed endpoint request before its first token.", "llm")
     llm_dtype: str = _opt("auto", "vLLM weight dtype: auto, bfloat16, float16, float32.", "llm")
-    llm_gpu_memory: float = _opt(
-        0.85, "Fraction of GPU memory vLLM may use (weights plus KV cache).", "llm"
-    )
+    llm_gpu_memory: float = _opt(0.85, "Fraction of GPU memory vLLM may use (weights plus KV cache).", "llm")
     llm_tensor_parallel: int = _opt(1, "GPUs one vLLM model is split across.", "llm")
     llm_enforce_eager: int = _opt(
         0,
@@ -191,9 +171,7 @@ class Settings:
     # Whisper took 208 ms beside the 2-thread generation and 168 beside the 1-thread one.
     llm_threads: int = _opt(1, "CPU threads per llama.cpp generation while it generates tokens.", "llm")
     llm_prompt_threads: int = _opt(2, "CPU threads per llama.cpp generation while it evaluates the prompt.", "llm")
-    llm_context: int = _opt(
-        2048, "Context length in tokens (llama.cpp n_ctx, vLLM max_model_len).", "llm"
-    )
+    llm_context: int = _opt(2048, "Context length in tokens (llama.cpp n_ctx, vLLM max_model_len).", "llm")
     llm_instances: int = _opt(
         2,
         "llama.cpp instances, i.e. answers generated at once; weights are shared by mmap.",
@@ -205,9 +183,7 @@ class Settings:
     # Two: "I'm sorry," and "Of course," are natural first phrases, and the first
     # chunk's length is most of what TTS adds before the first audio (Piper, 2
     # threads: 45 ms for "I'm sorry,", 103 ms for "I'm sorry for any inconvenience,").
-    first_chunk_min_words: int = _opt(
-        2, "The first speakable chunk may end at a clause after this many words.", "tts"
-    )
+    first_chunk_min_words: int = _opt(2, "The first speakable chunk may end at a clause after this many words.", "tts")
     # On: "I'm sorry" is spoken while "for any confusion," is synthesized. Piper took
     # 45 ms for "I'm sorry" and 221 ms for the whole sentence, and the pause at the
     # seam (about 230 ms of Piper's own edge silence) is shorter than after a comma (310 ms).
@@ -320,9 +296,7 @@ class Settings:
     log_format: str = _opt("text", "Log line format.", "server", ("text", "json"))
 
     @classmethod
-    def from_sources(
-        cls, args: argparse.Namespace | None = None, environ: Mapping[str, str] | None = None
-    ) -> "Settings":
+    def from_sources(cls, args: argparse.Namespace | None = None, environ: Mapping[str, str] | None = None) -> Settings:
         """Merge CLI arguments (those not None), environment and defaults."""
         environ = os.environ if environ is None else environ
         values: dict[str, Any] = {}

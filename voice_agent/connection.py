@@ -182,7 +182,7 @@ async def _flush(outbox: asyncio.Queue, writer: asyncio.Task) -> None:
         return
     try:
         await asyncio.wait_for(outbox.join(), FLUSH_S)
-    except asyncio.TimeoutError:
+    except TimeoutError:
         pass
 
 

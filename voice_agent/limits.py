@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import math
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from .config import Settings
 
@@ -83,9 +83,7 @@ class ClientLimits:
 
     def __init__(self, settings: Settings, clock: Clock = time.monotonic):
         self.audio = RateLimit(settings.max_audio_rate, settings.max_audio_rate * AUDIO_BURST_S, clock)
-        self.messages = RateLimit(
-            settings.max_messages_per_s, settings.max_messages_per_s * MESSAGE_BURST_S, clock
-        )
+        self.messages = RateLimit(settings.max_messages_per_s, settings.max_messages_per_s * MESSAGE_BURST_S, clock)
         self.deadlines = Deadlines(settings.idle_timeout_s, settings.max_session_s, clock)
         self.report_drop = False  # the last frame refused was the first of a run: tell the client once per run
         self._dropping = False
@@ -108,7 +106,7 @@ class Refused(Exception):
 class Slot:
     """One admitted session, as the registry sees it."""
 
-    def __init__(self, registry: "SessionRegistry | None" = None):
+    def __init__(self, registry: SessionRegistry | None = None):
         self._registry = registry
         self.answering: Callable[[], bool] = lambda: False  # set by the connection once its session exists
         self.close_requested = asyncio.Event()
@@ -125,7 +123,7 @@ class Slot:
             self._registry._release(self)
             self._registry = None
 
-    def __enter__(self) -> "Slot":
+    def __enter__(self) -> Slot:
         return self
 
     def __exit__(self, *exc_info) -> None:

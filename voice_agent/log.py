@@ -26,7 +26,7 @@ import sys
 import time
 import uuid
 from collections import OrderedDict
-from typing import Iterable
+from collections.abc import Iterable
 
 from .limits import RateLimit
 
@@ -125,9 +125,7 @@ class JsonFormatter(logging.Formatter):
 
     def format(self, record: logging.LogRecord) -> str:
         line = {
-            "time": datetime.datetime.fromtimestamp(record.created, datetime.timezone.utc).isoformat(
-                timespec="milliseconds"
-            ),
+            "time": datetime.datetime.fromtimestamp(record.created, datetime.UTC).isoformat(timespec="milliseconds"),
             "level": record.levelname,
             "logger": record.name,
             "session": getattr(record, "session", NO_SESSION),

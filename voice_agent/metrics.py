@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from typing import Iterator
+from collections.abc import Iterator
 
 from prometheus_client import (
     CollectorRegistry,

@@ -9,7 +9,7 @@ and only lets a frame go once the buffer holds less than ``lead_s``.
 from __future__ import annotations
 
 import time
-from typing import Callable
+from collections.abc import Callable
 
 
 class PlaybackClock:

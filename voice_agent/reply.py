@@ -17,8 +17,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 
@@ -69,7 +69,7 @@ class Reply:
         user_text: str,
         first_chunk_min_words: int = 2,
         phrase_breaks: bool = False,
-        on_first_audio: Callable[["Reply"], None] | None = None,
+        on_first_audio: Callable[[Reply], None] | None = None,
         held: bool = False,
         clock: Callable[[], float] = time.monotonic,
     ):

@@ -153,8 +153,12 @@ def create_app(settings: Settings, engines: Engines | None = None) -> Starlette:
             scheme = "https" if settings.public_host else request.headers.get("x-forwarded-proto", request.url.scheme)
             url = f"{scheme}://{host}{request.url.path}" + (f"?{request.url.query}" if request.url.query else "")
             params = parse_qsl(body.decode("utf-8", "replace"), keep_blank_values=True)
-            if not is_valid_signature(settings.twilio_auth_token, url, params, request.headers.get("x-twilio-signature", "")):
-                log.warning("refused a Twilio webhook with a bad signature from %s (signed URL %s)", request.client, url)
+            if not is_valid_signature(
+                settings.twilio_auth_token, url, params, request.headers.get("x-twilio-signature", "")
+            ):
+                log.warning(
+                    "refused a Twilio webhook with a bad signature from %s (signed URL %s)", request.client, url
+                )
                 return PlainTextResponse("invalid X-Twilio-Signature", status_code=403)
         twiml = connect_stream(stream_url(host, "/twilio", settings.telephony_token))
         return Response(twiml, media_type="application/xml")

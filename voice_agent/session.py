@@ -18,8 +18,8 @@ import logging
 import re
 import time
 from collections import deque
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
-from typing import AsyncIterator, Callable
 
 import numpy as np
 
@@ -437,7 +437,9 @@ class Session:
         self._drop_preemptive(turn)
         turn.metrics = TurnMetrics(turn.id, stt_final_ms=stt_ms)
         turn.preemptive_upto = turn.speculative_upto
-        turn.preemptive = self._new_reply(turn.id, text, self.engines.llm, self._messages(text), turn.metrics, held=True)
+        turn.preemptive = self._new_reply(
+            turn.id, text, self.engines.llm, self._messages(text), turn.metrics, held=True
+        )
         turn.preemptive_task = asyncio.create_task(turn.preemptive.run())
 
     def _drop_preemptive(self, turn: UserTurn) -> None:
@@ -451,7 +453,10 @@ class Session:
 
     def _prompt_prefix(self) -> list[dict[str, str]]:
         """The system prompt and the history that the next question is asked after."""
-        return [{"role": "system", "content": self.system_prompt}, *recent_history(self.history, self.settings.history_turns)]
+        return [
+            {"role": "system", "content": self.system_prompt},
+            *recent_history(self.history, self.settings.history_turns),
+        ]
 
     def _new_reply(
         self, turn: int, user_text: str, llm, messages: list, metrics: TurnMetrics | None, held: bool = False
@@ -565,8 +570,11 @@ class Session:
             ((end, arrived) for end, arrived in self._arrivals if end >= sample), (sample, self._clock())
         )
         # Only frames up to the one holding the sample: later ones from a fast client would vouch too early.
-        recent = [arrived - end / PIPELINE_RATE for end, arrived in self._arrivals
-                  if sample - ARRIVAL_LOOKBACK_SAMPLES <= end <= frame_end]
+        recent = [
+            arrived - end / PIPELINE_RATE
+            for end, arrived in self._arrivals
+            if sample - ARRIVAL_LOOKBACK_SAMPLES <= end <= frame_end
+        ]
         return min([processed] + [offset + frame_end / PIPELINE_RATE for offset in recent])
 
     def _trim_audio(self) -> None:

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from collections.abc import AsyncIterator, Callable, Iterator
 from concurrent.futures import Executor
-from typing import AsyncIterator, Callable, Iterator, TypeVar
+from typing import TypeVar
 
 T = TypeVar("T")
 

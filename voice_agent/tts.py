@@ -12,8 +12,8 @@ import contextlib
 import json
 import logging
 import re
+from collections.abc import AsyncIterator, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from typing import AsyncIterator, Iterator
 
 import numpy as np
 import onnxruntime

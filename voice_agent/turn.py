@@ -36,12 +36,22 @@ PREPOSITIONS = frozenset("in on by about".split())
 
 # Phrases that ask for time to think: the user has the floor until they go on.
 HOLDING_PHRASES = (
-    "let me see", "let me think", "let me check", "let's see", "hold on", "wait a second",
-    "wait a minute", "one moment", "one second", "just a moment", "just a second", "give me a second",
+    "let me see",
+    "let me think",
+    "let me check",
+    "let's see",
+    "hold on",
+    "wait a second",
+    "wait a minute",
+    "one moment",
+    "one second",
+    "just a moment",
+    "just a second",
+    "give me a second",
 )
 
 _LAST_WORD = re.compile(r"([\w']+)\W*$")
-_HOLDING = re.compile(r"\b(?:%s)\W*$" % "|".join(re.escape(p).replace("'", "'?") for p in HOLDING_PHRASES))
+_HOLDING = re.compile(r"\b(?:" + "|".join(re.escape(p).replace("'", "'?") for p in HOLDING_PHRASES) + r")\W*$")
 _WORD = re.compile(r"\w")
 # A phone number is said in groups with pauses between them ("555 ... 0192");
 # fewer digits than a local number after "number is" is the first group.

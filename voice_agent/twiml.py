@@ -11,7 +11,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
-from typing import Iterable
+from collections.abc import Iterable
 from xml.sax.saxutils import quoteattr
 
 

@@ -40,12 +40,10 @@ class SileroVAD:
             self.model_path, sess_options=options, providers=["CPUExecutionProvider"]
         )
 
-    def stream(self) -> "VADStream":
+    def stream(self) -> VADStream:
         return VADStream(self)
 
-    def infer(
-        self, windows: np.ndarray, h: np.ndarray, c: np.ndarray
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def infer(self, windows: np.ndarray, h: np.ndarray, c: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Probabilities for consecutive windows, each with its context: shape (n, CONTEXT + WINDOW)."""
         return self.session.run(None, {"input": windows, "h": h, "c": c})
 
@@ -65,9 +63,7 @@ class VADStream:
         count = (len(self._audio) - CONTEXT) // WINDOW
         if count == 0:
             return []
-        windows = np.lib.stride_tricks.sliding_window_view(self._audio, CONTEXT + WINDOW)[
-            : count * WINDOW : WINDOW
-        ]
+        windows = np.lib.stride_tricks.sliding_window_view(self._audio, CONTEXT + WINDOW)[: count * WINDOW : WINDOW]
         probabilities, self._h, self._c = self._model.infer(np.ascontiguousarray(windows), self._h, self._c)
         self._audio = self._audio[count * WINDOW :]
         return [float(p) for p in probabilities.reshape(-1)]

@@ -7,7 +7,8 @@ backend must then stop generating, so a barge-in frees the engine at once.
 
 from __future__ import annotations
 
-from typing import AsyncIterator, Protocol
+from collections.abc import AsyncIterator
+from typing import Protocol
 
 Message = dict[str, str]  # {"role": "system" | "user" | "assistant", "content": ...}
 

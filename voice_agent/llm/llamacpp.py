@@ -18,9 +18,10 @@ import asyncio
 import contextlib
 import logging
 import os
+from collections.abc import AsyncIterator, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, AsyncIterator, Iterator
+from typing import Any
 
 from ..threads import iterate_in_thread
 from .base import Message
@@ -84,14 +85,16 @@ class LlamaCppBackend:
         for i in range(instances):
             log.info("loading LLM %s (instance %d of %d)", self.model_path, i + 1, instances)
             self._instances.append(
-                _Instance(Llama(
-                    model_path=self.model_path,
-                    n_ctx=context,
-                    n_threads=threads,
-                    n_threads_batch=prompt_threads,
-                    use_mmap=True,
-                    verbose=False,
-                ))
+                _Instance(
+                    Llama(
+                        model_path=self.model_path,
+                        n_ctx=context,
+                        n_threads=threads,
+                        n_threads_batch=prompt_threads,
+                        use_mmap=True,
+                        verbose=False,
+                    )
+                )
             )
         self.instances = len(self._instances)
 
@@ -183,7 +186,9 @@ class LlamaCppBackend:
         # The chat template renders ``messages`` as the next request will, up to
         # the start of its user turn; the one generated token is the price of
         # going through the same template code.
-        llama.create_chat_completion(messages=[*messages, {"role": "user", "content": ""}], max_tokens=1, temperature=0.0)
+        llama.create_chat_completion(
+            messages=[*messages, {"role": "user", "content": ""}], max_tokens=1, temperature=0.0
+        )
 
     async def warm_up(self) -> None:
         async def one_answer() -> None:

@@ -18,7 +18,7 @@ import asyncio
 import json
 import logging
 import os
-from typing import AsyncIterator
+from collections.abc import AsyncIterator
 
 import httpx
 
@@ -140,9 +140,7 @@ class OpenAICompatBackend:
             response.raise_for_status()
             return response.json()["data"][0]["id"]
         except (httpx.HTTPError, ValueError, KeyError, IndexError, TypeError) as exc:
-            raise LLMError(
-                f"{self.base_url}/models did not name a model ({_describe(exc)}); set --llm-model"
-            ) from exc
+            raise LLMError(f"{self.base_url}/models did not name a model ({_describe(exc)}); set --llm-model") from exc
 
     async def prefill(self, messages: list[Message]) -> None:
         """Nothing: an extra request per turn would cost every gateway's endpoint more than the server's own prefix cache saves."""

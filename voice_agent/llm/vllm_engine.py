@@ -18,8 +18,8 @@ import os
 import shutil
 import tempfile
 import uuid
+from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import AsyncIterator
 
 from .base import Message
 from .model_cache import cache_dir

@@ -43,7 +43,11 @@ class NativeProtocol:
 
     def receive_bytes(self, data: bytes) -> list[InputEvent]:
         if len(data) % 2:
-            return [ProtocolError("odd_length_audio", f"binary frame of {len(data)} bytes is not whole PCM16 samples; dropped")]
+            return [
+                ProtocolError(
+                    "odd_length_audio", f"binary frame of {len(data)} bytes is not whole PCM16 samples; dropped"
+                )
+            ]
         self._audio_seen = True
         if not data:
             return []

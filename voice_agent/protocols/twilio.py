@@ -114,7 +114,11 @@ class MediaStreamsProtocol:
     # Bridge to server.
 
     def receive_bytes(self, data: bytes) -> list[InputEvent]:
-        return [ProtocolError("unexpected_binary", f"{self.dialect.name} media streams send JSON text only; binary frame dropped")]
+        return [
+            ProtocolError(
+                "unexpected_binary", f"{self.dialect.name} media streams send JSON text only; binary frame dropped"
+            )
+        ]
 
     def receive_text(self, text: str) -> list[InputEvent]:
         try:
@@ -140,7 +144,9 @@ class MediaStreamsProtocol:
                 return [ProtocolError("before_start", f"{event} before start; ignored")]
             stream_id = message.get(self.dialect.stream_id)
             if stream_id != self.stream_id:
-                return [ProtocolError("wrong_stream", f"{event} for stream {stream_id!r}, not {self.stream_id!r}; ignored")]
+                return [
+                    ProtocolError("wrong_stream", f"{event} for stream {stream_id!r}, not {self.stream_id!r}; ignored")
+                ]
         stale = sequence <= self._last_sequence
         self._last_sequence = max(self._last_sequence, sequence)
         if stale and event == "media":

@@ -13,7 +13,7 @@ it for an acknowledgement.
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from .measure import GLITCH_S, MessageIn, Received, bridged, distribution, playback_intervals
 

@@ -28,22 +28,44 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=os.environ.get("VOICE_AGENT_AUTH_TOKEN", ""),
         help="bearer token for a server started with --auth-token [env VOICE_AGENT_AUTH_TOKEN]",
     )
-    parser.add_argument("--transport", default="native", choices=sorted(CODECS), help="wire protocol [default %(default)s]")
-    parser.add_argument("--rate", type=int, default=16000, choices=SUPPORTED_RATES, help="session sample rate [default %(default)s]")
+    parser.add_argument(
+        "--transport", default="native", choices=sorted(CODECS), help="wire protocol [default %(default)s]"
+    )
+    parser.add_argument(
+        "--rate", type=int, default=16000, choices=SUPPORTED_RATES, help="session sample rate [default %(default)s]"
+    )
     parser.add_argument(
         "--start",
         default="after-reply",
         help="start rule for turns given as files: after-reply[:GAP_MS], delay:MS or barge-in:MS [default %(default)s]",
     )
-    parser.add_argument("--gap-ms", type=int, default=DEFAULT_GAP_MS, help="silence after an answer before the next turn [default %(default)s]")
-    parser.add_argument("-n", "--repeats", type=int, default=1, help="run the whole script this many times per session [default %(default)s]")
+    parser.add_argument(
+        "--gap-ms",
+        type=int,
+        default=DEFAULT_GAP_MS,
+        help="silence after an answer before the next turn [default %(default)s]",
+    )
+    parser.add_argument(
+        "-n",
+        "--repeats",
+        type=int,
+        default=1,
+        help="run the whole script this many times per session [default %(default)s]",
+    )
     parser.add_argument(
         "--sessions",
         default="1",
         help="concurrent sessions; a comma list such as 1,2,4 runs each level in turn [default %(default)s]",
     )
-    parser.add_argument("--stagger-ms", type=int, default=700, help="delay between starting concurrent sessions [default %(default)s]")
-    parser.add_argument("--reply-timeout", type=float, default=30.0, help="seconds to wait for an answer before going on [default %(default)s]")
+    parser.add_argument(
+        "--stagger-ms", type=int, default=700, help="delay between starting concurrent sessions [default %(default)s]"
+    )
+    parser.add_argument(
+        "--reply-timeout",
+        type=float,
+        default=30.0,
+        help="seconds to wait for an answer before going on [default %(default)s]",
+    )
     parser.add_argument("--out", help="folder for report.json, timeline-*.png and histogram.png")
     parser.add_argument("--json", help="write the JSON report here (default: OUT/report.json)")
     parser.add_argument("--no-plots", action="store_true", help="skip the PNG pictures")
@@ -116,7 +138,9 @@ async def _replay(script, options: Options, levels: list[int], args: argparse.Na
     try:
         for level in levels:
             progress.set_description(f"{level} session(s)")
-            traces = await run_level(script, options, level, args.repeats, args.stagger_ms / 1000, lambda: progress.update(1))
+            traces = await run_level(
+                script, options, level, args.repeats, args.stagger_ms / 1000, lambda: progress.update(1)
+            )
             runs += [analyse(trace) for trace in traces]
     finally:
         progress.close()
@@ -159,9 +183,15 @@ def _print(report: dict, args: argparse.Namespace) -> None:
     print(summary_table(report["summary"]))
     for run in runs:
         if run["failure"]:
-            print(f"run {run['concurrency']}/{run['session'] + 1}/{run['repeat'] + 1} failed: {run['failure']}", file=sys.stderr)
+            print(
+                f"run {run['concurrency']}/{run['session'] + 1}/{run['repeat'] + 1} failed: {run['failure']}",
+                file=sys.stderr,
+            )
         for error in run["errors"]:
-            print(f"agent error in run {run['concurrency']}/{run['session'] + 1}/{run['repeat'] + 1}: {error}", file=sys.stderr)
+            print(
+                f"agent error in run {run['concurrency']}/{run['session'] + 1}/{run['repeat'] + 1}: {error}",
+                file=sys.stderr,
+            )
     if args.out:
         print(f"\nreport, timelines and histogram in {args.out}")
     for failure in report["failures"]:

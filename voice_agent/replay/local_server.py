@@ -67,7 +67,15 @@ class LocalServer:
         self.base_url = f"http://127.0.0.1:{self.port}"
         self.ws_url = f"ws://127.0.0.1:{self.port}/ws"
         self.command = [
-            sys.executable, "-m", "voice_agent", "serve", "--host", "127.0.0.1", "--port", str(self.port), *serve_args,
+            sys.executable,
+            "-m",
+            "voice_agent",
+            "serve",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            *serve_args,
         ]
         self.process = subprocess.Popen(
             self.command, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})}, cwd=cwd
@@ -81,7 +89,7 @@ class LocalServer:
     def stop(self, timeout: float = 30.0) -> None:
         stop(self.process, timeout)
 
-    def __enter__(self) -> "LocalServer":
+    def __enter__(self) -> LocalServer:
         return self
 
     def __exit__(self, *exc_info) -> None:

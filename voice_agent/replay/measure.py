@@ -15,8 +15,8 @@ frame holding that sample, so on loopback both sides time the same frame.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 import numpy as np
 
@@ -197,7 +197,10 @@ def playback_intervals(received: Sequence[Received]) -> list[tuple[float, float]
 
 def is_final_transcript(item: Received, role: str) -> bool:
     return (
-        isinstance(item, MessageIn) and item.type == "transcript" and item.fields.get("role") == role and bool(item.fields.get("final"))
+        isinstance(item, MessageIn)
+        and item.type == "transcript"
+        and item.fields.get("role") == role
+        and bool(item.fields.get("final"))
     )
 
 

@@ -47,12 +47,21 @@ def timeline(run: dict, path: Path) -> None:
     for turn in turns:
         if turn["speech_start_s"] is None:
             continue
-        whole.broken_barh([(turn["speech_start_s"], turn["speech_end_s"] - turn["speech_start_s"])], (1.6, 0.8), color=USER_COLOUR)
+        whole.broken_barh(
+            [(turn["speech_start_s"], turn["speech_end_s"] - turn["speech_start_s"])], (1.6, 0.8), color=USER_COLOUR
+        )
         whole.text(turn["speech_start_s"], 2.5, f"{turn['index'] + 1}", fontsize=8, va="bottom")
         for name, _, colour, marker in STAGES:
             offset = server_stages(turn["server"] or {}).get(name)
             if offset is not None:
-                whole.plot(turn["speech_end_s"] + offset / 1000, 1.0, marker=marker, color=colour, markersize=5, linestyle="none")
+                whole.plot(
+                    turn["speech_end_s"] + offset / 1000,
+                    1.0,
+                    marker=marker,
+                    color=colour,
+                    markersize=5,
+                    linestyle="none",
+                )
     speech = [(a, b - a) for a, b in run["agent_speech_s"]]
     whole.broken_barh(speech, (-0.4, 0.8), color=AGENT_COLOUR)
     whole.set_yticks([0, 1, 2], ["agent speech", "server stages", "user speech"])
@@ -74,7 +83,10 @@ def timeline(run: dict, path: Path) -> None:
         for start, end in run["agent_speech_s"]:
             if end > turn["speech_end_s"] and (turn["answer_s"] is None or start >= turn["answer_s"] - 0.5):
                 aligned.broken_barh(
-                    [((start - turn["speech_end_s"]) * 1000, (end - start) * 1000)], (y - 0.3, 0.6), color=AGENT_COLOUR, alpha=0.6
+                    [((start - turn["speech_end_s"]) * 1000, (end - start) * 1000)],
+                    (y - 0.3, 0.6),
+                    color=AGENT_COLOUR,
+                    alpha=0.6,
                 )
                 break
         v2v = turn["voice_to_voice_ms"]
@@ -92,7 +104,13 @@ def timeline(run: dict, path: Path) -> None:
         *(plt.Line2D([], [], color=c, marker=m, linestyle="none", label=label) for _, label, c, m in STAGES),
         plt.Line2D([], [], color="black", marker="v", linestyle="none", label="first agent audio (client)"),
     ]
-    aligned.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.35 if len(turns) < 4 else -0.12), ncol=4, fontsize=8)
+    aligned.legend(
+        handles=handles,
+        loc="upper center",
+        bbox_to_anchor=(0.5, -0.35 if len(turns) < 4 else -0.12),
+        ncol=4,
+        fontsize=8,
+    )
     figure.tight_layout()
     figure.savefig(path, dpi=100)
     plt.close(figure)
@@ -118,7 +136,13 @@ def histogram(runs: list[dict], path: Path) -> None:
         bins = _bins(min(everything), max(everything))
         for level in levels:
             if values[level]:
-                axis.hist(values[level], bins=bins, histtype="step", linewidth=2, label=f"{level} session(s), n={len(values[level])}")
+                axis.hist(
+                    values[level],
+                    bins=bins,
+                    histtype="step",
+                    linewidth=2,
+                    label=f"{level} session(s), n={len(values[level])}",
+                )
         axis.set_title(title)
         axis.set_xlabel("ms")
         axis.grid(alpha=0.3)

@@ -9,8 +9,8 @@ from __future__ import annotations
 import datetime
 import os
 import platform
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 from .measure import distribution
 from .script import Script
@@ -96,19 +96,21 @@ def check(summary: dict, thresholds: Thresholds) -> list[str]:
             failures.append(f"{level} session(s): {figures['unanswered']} turn(s) got no answer")
         if latency and figures["failed_runs"]:
             failures.append(f"{level} session(s): {figures['failed_runs']} run(s) failed")
-        if thresholds.max_wer is not None and figures["wer_mean"] is not None and figures["wer_mean"] > thresholds.max_wer:
+        if (
+            thresholds.max_wer is not None
+            and figures["wer_mean"] is not None
+            and figures["wer_mean"] > thresholds.max_wer
+        ):
             failures.append(f"{level} session(s): mean WER {figures['wer_mean']:.2f} > {thresholds.max_wer:.2f}")
     return failures
 
 
-def build(
-    *, script: Script, url: str, transport: str, options: dict, runs: list[dict], thresholds: Thresholds
-) -> dict:
+def build(*, script: Script, url: str, transport: str, options: dict, runs: list[dict], thresholds: Thresholds) -> dict:
     summary = summarise(runs)
     failures = check(summary, thresholds)
     return {
         "schema": SCHEMA,
-        "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "created": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "url": url,
         "transport": transport,
         "sample_rate": script.rate,
@@ -185,7 +187,10 @@ def _number(value: float | None, digits: int = 0) -> str:
 
 def _table(rows: list[list[str]]) -> str:
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    lines = ["  ".join(cell.rjust(width) if _numeric(cell) else cell.ljust(width) for cell, width in zip(row, widths)) for row in rows]
+    lines = [
+        "  ".join(cell.rjust(width) if _numeric(cell) else cell.ljust(width) for cell, width in zip(row, widths))
+        for row in rows
+    ]
     lines.insert(1, "  ".join("-" * width for width in widths))
     return "\n".join(line.rstrip() for line in lines)
 

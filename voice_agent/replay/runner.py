@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import numpy as np
 
@@ -171,7 +171,9 @@ class _Run:
                     received.append(AudioIn(at, seconds, peak))
                     self._drains_at = max(self._drains_at, at) + seconds
                 elif isinstance(event, Transcript):
-                    received.append(MessageIn(at, "transcript", {"role": event.role, "text": event.text, "final": event.final}))
+                    received.append(
+                        MessageIn(at, "transcript", {"role": event.role, "text": event.text, "final": event.final})
+                    )
                 elif isinstance(event, Clear):
                     received.append(MessageIn(at, "clear"))
                     self._drains_at = at

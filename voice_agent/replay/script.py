@@ -158,7 +158,9 @@ def load_script(path: str, rate: int, default_gap_ms: int = DEFAULT_GAP_MS) -> S
             tags = [tags]
         if not isinstance(tags, list) or not all(isinstance(tag, str) for tag in tags):
             raise ScriptError(f"{where}: 'tags' must be a list of words")
-        turn = make_turn(script_path.parent / entry["file"], rate, start, expect, str(name) if name else None, tuple(tags))
+        turn = make_turn(
+            script_path.parent / entry["file"], rate, start, expect, str(name) if name else None, tuple(tags)
+        )
         turns.append(turn)
     return Script(tuple(turns), rate, str(script_path))
 

@@ -137,13 +137,13 @@ class Connection:
         self.codec = codec
 
     @classmethod
-    async def open(cls, url: str, codec: ClientCodec, sample_rate: int | None, token: str = "") -> "Connection":
+    async def open(cls, url: str, codec: ClientCodec, sample_rate: int | None, token: str = "") -> Connection:
         import websockets
 
         headers = {"Authorization": f"Bearer {token}"} if token else None
         try:
             websocket = await websockets.connect(url, max_size=None, open_timeout=10, additional_headers=headers)
-        except (OSError, asyncio.TimeoutError, websockets.InvalidURI, websockets.InvalidHandshake) as exc:
+        except (TimeoutError, OSError, websockets.InvalidURI, websockets.InvalidHandshake) as exc:
             raise ConnectError(f"cannot connect to {url}: {exc}") from None
         connection = cls(websocket, codec)
         if sample_rate is not None:

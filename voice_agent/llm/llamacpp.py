@@ -59,6 +59,9 @@ class _Instance:
 
 class LlamaCppBackend:
     name = "llamacpp"
+    # The embedded SmolLM2-135M cannot call tools: asked to, it writes about them
+    # instead. An agent with tools on this backend gets a warning at start-up.
+    supports_tools = False
 
     def __init__(
         self,
@@ -130,7 +133,10 @@ class LlamaCppBackend:
             instance.busy = instance.prefilling = False
             self._changed.notify_all()
 
-    async def stream_chat(self, messages: list[Message]) -> AsyncIterator[str]:
+    async def stream_chat(
+        self, messages: list[Message], tools: list[dict[str, Any]] | None = None
+    ) -> AsyncIterator[str]:
+        """Stream the answer; ``tools`` are ignored (see ``supports_tools``)."""
         instance = await self._take(messages)
         try:
             # A few tokens ahead at most: a reader that pauses pauses the computation.

@@ -138,6 +138,9 @@ def load_agent(spec: str) -> Agent:
         if loader_spec is None or loader_spec.loader is None:
             raise ValueError(f"--agent {spec!r}: cannot import {path}")
         module = importlib.util.module_from_spec(loader_spec)
+        # Its folder is importable, as when Python runs a file: an agent may keep its helpers beside it.
+        if str(path.parent) not in sys.path:
+            sys.path.insert(0, str(path.parent))
         sys.modules[module_name] = module  # dataclasses and pickling look modules up by name
         loader_spec.loader.exec_module(module)
     else:

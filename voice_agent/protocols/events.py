@@ -99,4 +99,18 @@ class Error:
     message: str
 
 
-OutputEvent = AgentAudio | Transcript | Clear | Mark | Metrics | Error
+@dataclass(frozen=True)
+class CallEnded:
+    """The agent ended the call (its ``end_call`` tool): the session's last event; the connection then closes."""
+
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class CallTransferred:
+    """The agent hands the call to ``to`` (its ``transfer_call`` tool); a /ws client acts on it."""
+
+    to: str
+
+
+OutputEvent = AgentAudio | Transcript | Clear | Mark | Metrics | Error | CallEnded | CallTransferred

@@ -16,6 +16,8 @@ from ..audio import PIPELINE_RATE, SUPPORTED_RATES, float_to_pcm16, pcm16_to_flo
 from .events import (
     AgentAudio,
     AudioReceived,
+    CallEnded,
+    CallTransferred,
     Clear,
     Error,
     InputEvent,
@@ -119,6 +121,10 @@ class NativeProtocol:
             return _json(type="metrics", **event.values)
         if isinstance(event, Error):
             return _json(type="error", code=event.code, message=event.message)
+        if isinstance(event, CallEnded):
+            return _json(type="call_ended", reason=event.reason)
+        if isinstance(event, CallTransferred):
+            return _json(type="transfer", to=event.to)
         raise TypeError(f"not an output event: {event!r}")
 
 

@@ -28,6 +28,8 @@ from ..audio import float_to_int16, mulaw_decode, mulaw_encode
 from .events import (
     AgentAudio,
     AudioReceived,
+    CallEnded,
+    CallTransferred,
     Clear,
     Error,
     InputEvent,
@@ -242,8 +244,8 @@ class MediaStreamsProtocol:
             if event.final:
                 log.debug("%s stream %s: %s: %s", self.dialect.name, self.stream_id, event.role, event.text)
             return None
-        if isinstance(event, (Metrics, Error)):
-            return None  # no such message on a phone line; the session logs both
+        if isinstance(event, (Metrics, Error, CallEnded, CallTransferred)):
+            return None  # no such message on a phone line (call control goes through the REST API)
         raise TypeError(f"not an output event: {event!r}")
 
     def _message(self, event: str, **fields: Any) -> str:

@@ -20,10 +20,12 @@ from typing import Any
 from .agent import Agent, CallAction, CallContext, call_hook
 from .call_control import TwilioCalls
 from .config import Settings
+from .filler_voice import FillerVoice
 from .llm.base import LLMBackend, Message, supports_tools
 from .protocols.events import CallEnded, CallTransferred, Error, OutputEvent
 from .session_report import SessionRecorder, SessionReport, deliver
 from .tool_loop import ToolLedger, ToolLoop
+from .tts import PiperTTS
 
 log = logging.getLogger(__name__)
 
@@ -81,11 +83,13 @@ class AgentSession:
         emit: Callable[[OutputEvent], None],
         llm: LLMBackend,
         protocol: str = "ws",
+        tts: FillerVoice | PiperTTS | None = None,
     ):
         self.agent = agent
         self.settings = settings
         self.session_id = session_id
         self.protocol = protocol
+        self.tts = tts  # the voice of this agent's answers: the engine's, with the fillers cached
         self._emit = emit
         self.tools_enabled = supports_tools(llm)
         self.context: CallContext | None = None

@@ -58,6 +58,12 @@ class FakeSTT:
         loud = round(tone_seconds / 0.1)
         return " ".join(["word"] * loud) + "." if loud else ""
 
+    async def warm_up(self):
+        pass
+
+    async def close(self):
+        pass
+
 
 class FakeLLM:
     name = "fake"
@@ -83,6 +89,12 @@ class FakeLLM:
         finally:
             self.closed += 1
 
+    async def warm_up(self):
+        pass
+
+    async def close(self):
+        pass
+
 
 class FakeTTS:
     sample_rate = RATE
@@ -90,6 +102,12 @@ class FakeTTS:
     async def synthesize(self, text):
         await asyncio.sleep(0.005)
         yield np.full(len(text.split()) * RATE // 10, 0.2, dtype=np.float32)  # 100 ms a word
+
+    async def warm_up(self):
+        pass
+
+    async def close(self):
+        pass
 
 
 def tone(seconds: float) -> np.ndarray:

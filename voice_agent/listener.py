@@ -21,11 +21,12 @@ import numpy as np
 
 from .audio import PIPELINE_RATE, StreamResampler
 from .config import Settings
+from .interfaces import SpeechStream, STTBackend
 from .protocols.events import OutputEvent, Transcript
 from .timeline import AudioTimeline
 from .turn import TurnDetector
-from .user_turn import Transcriber, UserTurn
-from .vad import WINDOW, WINDOW_MS, VADStream
+from .user_turn import UserTurn
+from .vad import WINDOW, WINDOW_MS
 
 log = logging.getLogger(__name__)
 
@@ -71,8 +72,8 @@ class Listener:
     def __init__(
         self,
         settings: Settings,
-        vad: VADStream,
-        stt: Callable[[], Transcriber],
+        vad: SpeechStream,
+        stt: Callable[[], STTBackend],
         emit: Callable[[OutputEvent], None],
         turn_taker: TurnTaker,
         session_id: str = "",

@@ -12,20 +12,16 @@ import asyncio
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
 
 import numpy as np
 
 from .audio import PIPELINE_RATE
+from .interfaces import STTBackend
 from .reply import Reply, ReplyTimings
 from .timeline import AudioTimeline
 from .vad import WINDOW_MS
 
 SPEECH_TAIL_SAMPLES = PIPELINE_RATE // 10  # Whisper gets 100 ms past the last speech window
-
-
-class Transcriber(Protocol):
-    async def transcribe(self, audio: np.ndarray) -> str: ...
 
 
 @dataclass
@@ -63,7 +59,7 @@ class UserTurn:
         speech_ms: float,
         over_agent: bool,
         timeline: AudioTimeline,
-        stt: Transcriber,
+        stt: STTBackend,
         clock: Callable[[], float] = time.monotonic,
     ):
         self.id = id

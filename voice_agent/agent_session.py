@@ -15,17 +15,16 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Callable
-from typing import Any
+from typing import Any, cast
 
 from .agent import Agent, CallAction, CallContext, call_hook
 from .call_control import TwilioCalls
 from .config import Settings
-from .filler_voice import FillerVoice
+from .interfaces import TTSBackend
 from .llm.base import LLMBackend, Message, supports_tools
 from .protocols.events import CallEnded, CallTransferred, Error, OutputEvent
 from .session_report import SessionRecorder, SessionReport, deliver
 from .tool_loop import ToolLedger, ToolLoop
-from .tts import PiperTTS
 
 log = logging.getLogger(__name__)
 
@@ -83,7 +82,7 @@ class AgentSession:
         emit: Callable[[OutputEvent], None],
         llm: LLMBackend,
         protocol: str = "ws",
-        tts: FillerVoice | PiperTTS | None = None,
+        tts: TTSBackend | None = None,
     ):
         self.agent = agent
         self.settings = settings
@@ -134,11 +133,11 @@ class AgentSession:
 
     # Answers.
 
-    def llm(self, llm: LLMBackend, turn: int, held: bool) -> AgentTurn:
+    def llm(self, llm: LLMBackend, turn: int, held: bool) -> LLMBackend:
         """The LLM for the answer to ``turn``; ``held`` answers run side-effecting tools only once :meth:`release`d."""
         agent_turn = AgentTurn(self, llm, held)
         self._turns[turn] = agent_turn
-        return agent_turn
+        return cast(LLMBackend, agent_turn)  # a reply only streams from it
 
     def release(self, turn: int) -> None:
         """The answer to ``turn`` is the one the user hears now."""

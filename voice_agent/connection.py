@@ -16,12 +16,15 @@ from typing import Protocol
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from . import log as logs
+from .agent import Agent
+from .agent_session import AgentSession
 from .close_codes import CloseCode
 from .config import Settings
 from .engines import Engines
+from .filler_voice import FillerVoice
 from .limits import ClientLimits, Deadlines, Slot
 from .metrics import ServerMetrics
-from .protocols.events import AudioReceived, Error, InputEvent, OutputEvent
+from .protocols.events import AudioReceived, CallEnded, Error, InputEvent, OutputEvent
 from .session import Session
 
 log = logging.getLogger(__name__)
@@ -65,6 +68,8 @@ async def run_session(
     settings: Settings,
     slot: Slot | None = None,
     metrics: ServerMetrics | None = None,
+    agent: Agent | None = None,
+    filler_voice: FillerVoice | None = None,
 ) -> None:
     """Serve one accepted WebSocket until either side ends it. ``slot`` comes from the server's registry."""
     slot = slot or Slot()
@@ -72,9 +77,12 @@ async def run_session(
     session_id = logs.ensure_session()
     outbox: asyncio.Queue[str | bytes] = asyncio.Queue(OUTBOX_LIMIT)
     overflow = asyncio.Event()
+    call_ended = asyncio.Event()
 
     def emit(event: OutputEvent) -> None:
         metrics.observe(event)
+        if isinstance(event, CallEnded):
+            call_ended.set()
         message = codec.send(event)
         if message is None:
             return
@@ -92,13 +100,21 @@ async def run_session(
                 await websocket.send_text(message)
             outbox.task_done()
 
-    session = Session(engines, settings, emit, session_id)
+    agent_session = None
+    if agent is not None:
+        dialect = getattr(codec, "dialect", None)
+        protocol = dialect.name if dialect is not None else "ws"
+        agent_session = AgentSession(
+            agent, settings, session_id, emit, engines.llm, protocol, tts=filler_voice or engines.tts
+        )
+    session = Session(engines, settings, emit, session_id, agent=agent_session)
     slot.answering = lambda: session.answering
     limits = ClientLimits(settings)
     log.info("session %s: connected from %s", session_id, websocket.client)
     writer = asyncio.create_task(write())
     overflow_watch = asyncio.create_task(overflow.wait())
     close_watch = asyncio.create_task(slot.close_requested.wait())
+    end_watch = asyncio.create_task(call_ended.wait())
     receive: asyncio.Task | None = None
     try:
         with metrics.session():
@@ -106,7 +122,7 @@ async def run_session(
                 if receive is None:
                     receive = asyncio.create_task(websocket.receive())
                 done, _ = await asyncio.wait(
-                    {receive, writer, overflow_watch, close_watch},
+                    {receive, writer, overflow_watch, close_watch, end_watch},
                     timeout=limits.deadlines.remaining(),
                     return_when=asyncio.FIRST_COMPLETED,
                 )
@@ -120,6 +136,8 @@ async def run_session(
                     raise ClientTooSlow()
                 if close_watch in done:
                     raise Closing(slot.close_code, slot.close_reason)
+                if end_watch in done:
+                    raise Closing(CloseCode.NORMAL_CLOSURE, "call ended")
                 if writer in done:
                     writer.result()  # raises the writer's error
                     return
@@ -142,7 +160,7 @@ async def run_session(
         metrics.errors.labels("internal_error").inc()
         await _close(websocket, CloseCode.INTERNAL_ERROR, "internal error")
     finally:
-        tasks = [writer, overflow_watch, close_watch] + ([receive] if receive is not None else [])
+        tasks = [writer, overflow_watch, close_watch, end_watch] + ([receive] if receive is not None else [])
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)

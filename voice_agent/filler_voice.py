@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator, Iterable
 import numpy as np
 
 from .chunker import SentenceChunker
-from .tts import PiperTTS
+from .interfaces import TTSBackend
 
 
 def filler_chunks(fillers: Iterable[str], first_chunk_min_words: int, phrase_breaks: bool) -> set[str]:
@@ -33,7 +33,7 @@ def filler_chunks(fillers: Iterable[str], first_chunk_min_words: int, phrase_bre
 class FillerVoice:
     """The engine's TTS, with the fillers' chunks cached (shared by every session of the process)."""
 
-    def __init__(self, tts: PiperTTS, chunks: set[str]):
+    def __init__(self, tts: TTSBackend, chunks: set[str]):
         self._tts = tts
         self.sample_rate = tts.sample_rate
         self._chunks = chunks
@@ -56,3 +56,6 @@ class FillerVoice:
             yield piece
         if text in self._chunks:
             self._cache[text] = pieces
+
+    async def close(self) -> None:
+        """Nothing: the engine it speaks with belongs to the process's engines."""

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import hmac
 import logging
 from pathlib import Path
@@ -30,14 +31,18 @@ from starlette.websockets import WebSocket
 
 from . import log as logs
 from .access import UNAUTHORIZED, AccessPolicy
+from .agent import Agent, load_agent
 from .close_codes import CloseCode
 from .config import Settings
 from .connection import Codec, run_session
 from .engines import Engines, load_engines
+from .filler_voice import FillerVoice, filler_chunks
 from .limits import Refused, SessionRegistry
+from .llm.base import supports_tools
 from .metrics import CONTENT_TYPE, ServerMetrics
 from .protocols.native import NativeProtocol
 from .protocols.twilio import TELNYX, TWILIO, Dialect, MediaStreamsProtocol
+from .session_report import wait_for_deliveries
 from .twiml import bare_host, connect_stream, is_valid_signature, stream_url
 
 log = logging.getLogger(__name__)
@@ -49,9 +54,11 @@ MAX_WEBHOOK_BYTES = 64 * 1024
 class Runtime:
     """What the routes share: settings and, once loaded, the engines."""
 
-    def __init__(self, settings: Settings, engines: Engines | None = None):
+    def __init__(self, settings: Settings, engines: Engines | None = None, agent: Agent | None = None):
         self.settings = settings
         self.engines = engines
+        self.agent = agent
+        self.filler_voice: FillerVoice | None = None
         self.ready = asyncio.Event()
         self.sessions = SessionRegistry(settings.max_sessions)
         self.metrics = ServerMetrics()
@@ -62,7 +69,22 @@ class Runtime:
     async def load(self) -> None:
         try:
             self.engines = await asyncio.to_thread(load_engines, self.settings)
+            if self.agent is not None and self.agent.tools and not supports_tools(self.engines.llm):
+                log.warning(
+                    "the agent has tools, but --llm %s cannot call tools (the embedded SmolLM2-135M cannot): "
+                    "it answers without them. Use --llm openai with a server that returns tool calls, "
+                    "e.g. vllm serve --enable-auto-tool-choice --tool-call-parser hermes",
+                    self.engines.llm.name,
+                )
             await self.engines.warm_up()
+            if self.agent is not None and self.agent.fillers:
+                chunks = filler_chunks(
+                    self.agent.fillers,
+                    self.settings.first_chunk_min_words,
+                    bool(self.settings.first_chunk_phrase_breaks),
+                )
+                self.filler_voice = FillerVoice(self.engines.tts, chunks)
+                await self.filler_voice.warm_up()
         except Exception:
             log.exception("loading the models failed")
             raise
@@ -70,8 +92,22 @@ class Runtime:
         log.info("ready: ws://%s:%d/ws", self.settings.host, self.settings.port)
 
 
-def create_app(settings: Settings, engines: Engines | None = None) -> Starlette:
-    runtime = Runtime(settings, engines)
+def create_app(
+    settings: Settings | None = None, engines: Engines | None = None, *, agent: Agent | None = None
+) -> Starlette:
+    """The server as a Starlette app: mount it in an existing app, or run it with any ASGI server.
+
+    ``agent`` serves a :class:`~voice_agent.agent.Agent` (else the one
+    ``settings.agent`` names, else the plain assistant of ``settings.system_prompt``).
+    """
+    settings = settings or Settings.from_sources()
+    if agent is None and settings.agent:
+        agent = load_agent(settings.agent)
+    if agent is None and (settings.session_report_dir or settings.session_report_url or settings.record):
+        agent = Agent(instructions=settings.system_prompt)  # reports come from the agent layer
+    if agent is not None and agent.voice and not settings.tts_voice:
+        settings = dataclasses.replace(settings, tts_voice=agent.voice)
+    runtime = Runtime(settings, engines, agent)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette):
@@ -81,6 +117,7 @@ def create_app(settings: Settings, engines: Engines | None = None) -> Starlette:
         lag_watch.cancel()
         if loader is not None:
             loader.cancel()
+        await wait_for_deliveries(5.0)
         if runtime.engines is not None and engines is None:
             await runtime.engines.close()
 
@@ -110,7 +147,9 @@ def create_app(settings: Settings, engines: Engines | None = None) -> Starlette:
             await websocket.close(CloseCode.TRY_AGAIN_LATER, str(refused))
             return
         with slot:
-            await run_session(websocket, codec, runtime.engines, settings, slot, runtime.metrics)
+            await run_session(
+                websocket, codec, runtime.engines, settings, slot, runtime.metrics, runtime.agent, runtime.filler_voice
+            )
 
     async def native(websocket: WebSocket) -> None:
         logs.start_session()

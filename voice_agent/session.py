@@ -18,11 +18,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .agent_session import AgentSession
+from .audio import PIPELINE_RATE
 from .barge_in import BargeIn, BargeInPolicy
 from .config import Settings
 from .conversation import Conversation
 from .engines import Engines
-from .listener import Listener
+from .listener import PREROLL_SAMPLES, Listener
 from .llm.base import LLMBackend, Message
 from .llm.scripted import ScriptedLLM
 from .protocols.events import (
@@ -77,10 +79,14 @@ class Session:
         emit: Callable[[OutputEvent], None],
         session_id: str = "",
         clock: Callable[[], float] = time.monotonic,
+        agent: AgentSession | None = None,
     ):
         self.engines = engines
         self.settings = settings
         self.id = session_id
+        self.agent = agent  # None: the plain assistant, and none of the agent's work on any path
+        if agent is not None:
+            emit = _recorded(emit, agent)
         self._emit = emit
         self._clock = clock
         self.listener = Listener(
@@ -90,6 +96,8 @@ class Session:
         self.conversation = Conversation.from_settings(
             settings, lambda messages: self.engines.llm.prefill(messages), session_id
         )
+        if agent is not None:
+            self.conversation.system_prompt = agent.instructions
         self._answer: _Answer | None = None
         self.closed = False
 
@@ -126,6 +134,8 @@ class Session:
         """Take one input event. Never blocks; long work goes to tasks."""
         if self.closed:
             return
+        if self.agent is not None:
+            self.agent.recorder.observe_input(event)
         if isinstance(event, AudioReceived):
             self.listener.feed(event.samples)
         elif isinstance(event, SessionStarted):
@@ -144,6 +154,9 @@ class Session:
 
     def _on_start(self, event: SessionStarted) -> None:
         self.listener.set_sample_rate(event.sample_rate)
+        if self.agent is not None:  # the agent's start hook decides what the client may change
+            self.agent.begin(event.options, self._say)
+            return
         prompt = event.options.get("system_prompt")
         if isinstance(prompt, str) and prompt.strip():
             self.conversation.system_prompt = prompt.strip()
@@ -165,6 +178,8 @@ class Session:
         turn_id = next(self.listener.turn_ids)
         metrics = TurnMetrics(turn_id, speech_end=self._clock())
         self._emit(Transcript("user", text, final=True))
+        if self.agent is not None:
+            self.agent.user_turn(text)
         self._speak(self._new_reply(turn_id, text, self.engines.llm, self.conversation.messages_for(text), metrics))
 
     # Turn taking: what the listener asks.
@@ -223,7 +238,9 @@ class Session:
             self._emit(Clear())
             heard = reply.heard_text()
             self._emit(Transcript("agent", heard, final=True))
-            self.conversation.remember(reply.user_text, heard)
+            self._remember(reply, heard, interrupted=True)
+        elif reply is not None and self.agent is not None:
+            self._remember(reply, "", interrupted=True)  # its tool calls happened: they stay in the history
 
     def _cancel_answer(self) -> asyncio.Task | None:
         task, self._answer = None if self._answer is None else self._answer.task, None
@@ -264,6 +281,10 @@ class Session:
             self._answer = None
             return
         self._emit(Transcript("user", text, final=True))
+        if self.agent is not None:
+            self.agent.user_turn(text)
+            speech_start = min(turn.start + PREROLL_SAMPLES, turn.last_speech)
+            self.agent.recorder.user_speech(speech_start / PIPELINE_RATE, turn.last_speech / PIPELINE_RATE)
         if (prepared := turn.prepared()) is not None:
             reply, running = prepared
             metrics.preemptive = True
@@ -295,9 +316,14 @@ class Session:
         metrics: TurnMetrics | None,
         held: bool = False,
     ) -> Reply:
+        tts = self.engines.tts
+        if self.agent is not None:
+            if llm is self.engines.llm:
+                llm = self.agent.llm(llm, turn, held)
+            tts = self.agent.tts or tts
         return Reply(
             llm=llm,
-            tts=self.engines.tts,
+            tts=tts,
             messages=messages,
             output_rate=self.sample_rate,
             lead_s=self.settings.output_lead_ms / 1000.0,
@@ -318,6 +344,8 @@ class Session:
         """
         answer.reply = reply
         reply.resume()
+        if self.agent is not None:
+            self.agent.release(reply.turn)
         failed = False
         try:
             await running
@@ -329,11 +357,19 @@ class Session:
             failed = True
         if self._answer is answer:
             self._emit(Transcript("agent", reply.text, final=True))
-            self.conversation.remember(reply.user_text, reply.text)
+            self._remember(reply, reply.text)
             self._answer = None
             # Apologize for a failed answer to the user; never for fixed words, so no loop.
             if failed and reply.user_text:
                 self._say(APOLOGY)
+
+    def _remember(self, reply: Reply, heard: str, interrupted: bool = False) -> None:
+        if self.agent is None:
+            self.conversation.remember(reply.user_text, heard)
+            return
+        tool_messages = self.agent.answer_ended(reply.turn, heard, interrupted)
+        if reply.started_audio or tool_messages or not interrupted:
+            self.conversation.remember(reply.user_text, heard, tool_messages)
 
     def _report(self, reply: Reply, metrics: TurnMetrics) -> None:
         values = metrics.values(reply.timings)
@@ -347,3 +383,15 @@ class Session:
             await asyncio.gather(task, return_exceptions=True)
         await self.listener.close()
         await self.conversation.close()
+        if self.agent is not None:
+            await self.agent.close()
+
+
+def _recorded(emit: Callable[[OutputEvent], None], agent: AgentSession) -> Callable[[OutputEvent], None]:
+    """``emit``, with every event shown to the agent's session recorder first."""
+
+    def emit_recorded(event: OutputEvent) -> None:
+        agent.recorder.observe_output(event)
+        emit(event)
+
+    return emit_recorded

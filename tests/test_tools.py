@@ -197,3 +197,10 @@ def test_load_agent_from_a_file_and_a_module(tmp_path, monkeypatch):
         load_agent("my_agent")
     with pytest.raises(ValueError, match="no file"):
         load_agent(f"{tmp_path}/missing.py:agent")
+
+
+def test_serve_names_a_bad_agent_spec(capsys):
+    from voice_agent.cli import main
+
+    assert main(["serve", "--agent", "examples/restaurant/agent.py:no_such_agent"]) == 2
+    assert "examples/restaurant/agent.py has no no_such_agent" in capsys.readouterr().err

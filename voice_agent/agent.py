@@ -145,7 +145,9 @@ def load_agent(spec: str) -> Agent:
         loader_spec.loader.exec_module(module)
     else:
         module = importlib.import_module(source)
-    agent = getattr(module, name, None)
+    if not hasattr(module, name):
+        raise ValueError(f"--agent {spec!r}: {source} has no {name}")
+    agent = getattr(module, name)
     if callable(agent) and not isinstance(agent, Agent):
         agent = agent()  # a factory
     if not isinstance(agent, Agent):

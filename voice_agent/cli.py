@@ -87,7 +87,11 @@ def serve_command(settings: Settings) -> int:
         settings.log_format,
         secrets=(settings.auth_token, settings.telephony_token, settings.twilio_auth_token),
     )
-    app = create_app(settings)
+    try:
+        app = create_app(settings)
+    except ValueError as exc:  # a bad --agent spec: say which, without a traceback
+        print(f"voice-agent serve: {exc}", file=sys.stderr)
+        return 2
     config = uvicorn.Config(
         app,
         host=settings.host,

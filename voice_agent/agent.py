@@ -112,6 +112,15 @@ class Agent:
         )
 
 
+def client_prompt_and_greeting(context: CallContext) -> None:
+    """The plain assistant's start hook: the client's ``system_prompt`` and ``greeting`` start options apply."""
+    prompt, greeting = context.options.get("system_prompt"), context.options.get("greeting")
+    if isinstance(prompt, str) and prompt.strip():
+        context.instructions = prompt.strip()
+    if isinstance(greeting, str) and greeting.strip():
+        context.greeting = greeting.strip()
+
+
 async def call_hook(hook: Hook | None, *args: Any) -> None:
     """Run a hook, sync or async; its failure is logged, never raised."""
     if hook is None:

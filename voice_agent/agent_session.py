@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import Any, cast
 
 from .agent import Agent, CallAction, CallContext, call_hook
@@ -98,27 +98,28 @@ class AgentSession:
         self.ledger = ToolLedger(None, settings.tool_timeout_s, self.recorder.tool_call)
         self._turns: dict[int, AgentTurn] = {}
         self._action: asyncio.Task | None = None
+        self._hooks: set[asyncio.Task] = set()  # hooks running in the background, referenced until done
 
     # Start.
 
-    def begin(self, options: dict[str, Any], say: Callable[[str], None] | None) -> None:
-        """Run the start hook once, with the client's start options; then ``say`` the greeting."""
+    def begin(self, options: dict[str, Any], on_started: Callable[[CallContext], None] | None) -> None:
+        """Run the start hook once, with the client's start options; then ``on_started`` (which says the greeting)."""
         if self._start is not None:
             return
         call_id = options.get("call_id") if isinstance(options.get("call_id"), str) else None
         self.recorder.call_id = call_id
         parameters = options.get("custom_parameters")
         visible = dict(parameters) if isinstance(parameters, dict) and self.protocol != "ws" else {}
-        visible.update({k: v for k, v in options.items() if k not in ("system_prompt", "greeting")})
+        visible.update(options)
         context = self.agent.context(self.session_id, self.protocol, visible, call_id)
         self.ledger = ToolLedger(context, self.settings.tool_timeout_s, self.recorder.tool_call)
-        self._start = asyncio.create_task(self._run_start(context, say))
+        self._start = asyncio.create_task(self._run_start(context, on_started))
 
-    async def _run_start(self, context: CallContext, say: Callable[[str], None] | None) -> CallContext:
+    async def _run_start(self, context: CallContext, on_started: Callable[[CallContext], None] | None) -> CallContext:
         await call_hook(self.agent.on_session_start, context)
         self.context = context
-        if say is not None and context.greeting.strip():
-            say(context.greeting.strip())
+        if on_started is not None:
+            on_started(context)
         return context
 
     async def started(self) -> CallContext:
@@ -146,7 +147,7 @@ class AgentSession:
 
     def user_turn(self, text: str) -> None:
         if self.context is not None:
-            asyncio.ensure_future(call_hook(self.agent.on_user_turn, self.context, text))
+            self._in_background(call_hook(self.agent.on_user_turn, self.context, text))
 
     def answer_ended(self, turn: int, heard: str, interrupted: bool) -> list[Message]:
         """An answer ended: run the hook and any call control it asked for; returns its tool messages for the history."""
@@ -155,7 +156,7 @@ class AgentSession:
             del self._turns[old]  # answers of turns that were dropped
         context = self.context
         if context is not None and turn > 0:
-            asyncio.ensure_future(call_hook(self.agent.on_answer, context, heard, interrupted))
+            self._in_background(call_hook(self.agent.on_answer, context, heard, interrupted))
         if not interrupted:
             self.ledger.request_done()
         if context is not None and context.action is not None:
@@ -165,6 +166,11 @@ class AgentSession:
             else:
                 self._action = asyncio.create_task(self._carry_out(action, context))
         return agent_turn.messages if agent_turn is not None else []
+
+    def _in_background(self, hook: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.create_task(hook)
+        self._hooks.add(task)
+        task.add_done_callback(self._hooks.discard)
 
     async def _carry_out(self, action: CallAction, context: CallContext) -> None:
         """End or transfer the call, now that the answer that announced it has been spoken."""
@@ -194,6 +200,7 @@ class AgentSession:
             log.warning("session %s: tool calls still running at close", self.session_id)
         if self._action is not None:
             await asyncio.gather(self._action, return_exceptions=True)
+        await asyncio.gather(*self._hooks, return_exceptions=True)
         report = await asyncio.to_thread(self.recorder.report, reason)
         deliver(report, self.settings.session_report_dir, self.settings.session_report_url)
         context = self.context or self.agent.context(self.session_id, self.protocol, {}, None)

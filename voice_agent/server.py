@@ -31,7 +31,7 @@ from starlette.websockets import WebSocket
 
 from . import log as logs
 from .access import UNAUTHORIZED, AccessPolicy
-from .agent import Agent, load_agent
+from .agent import Agent, client_prompt_and_greeting, load_agent
 from .close_codes import CloseCode
 from .config import Settings
 from .connection import Codec, run_session
@@ -104,7 +104,8 @@ def create_app(
     if agent is None and settings.agent:
         agent = load_agent(settings.agent)
     if agent is None and (settings.session_report_dir or settings.session_report_url or settings.record):
-        agent = Agent(instructions=settings.system_prompt)  # reports come from the agent layer
+        # Reports come from the agent layer: the plain assistant as an agent, with its usual start options.
+        agent = Agent(instructions=settings.system_prompt, on_session_start=client_prompt_and_greeting)
     if agent is not None and agent.voice and not settings.tts_voice:
         settings = dataclasses.replace(settings, tts_voice=agent.voice)
     runtime = Runtime(settings, engines, agent)

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .agent import CallContext
 from .agent_session import AgentSession
 from .audio import PIPELINE_RATE
 from .barge_in import BargeIn, BargeInPolicy
@@ -155,7 +156,7 @@ class Session:
     def _on_start(self, event: SessionStarted) -> None:
         self.listener.set_sample_rate(event.sample_rate)
         if self.agent is not None:  # the agent's start hook decides what the client may change
-            self.agent.begin(event.options, self._say)
+            self.agent.begin(event.options, self._agent_started)
             return
         prompt = event.options.get("system_prompt")
         if isinstance(prompt, str) and prompt.strip():
@@ -163,6 +164,12 @@ class Session:
         greeting = event.options.get("greeting")
         if isinstance(greeting, str) and greeting.strip():
             self._say(greeting.strip())
+
+    def _agent_started(self, context: CallContext) -> None:
+        """The agent's start hook has decided this session's instructions and greeting."""
+        self.conversation.system_prompt = context.instructions
+        if context.greeting.strip():
+            self._say(context.greeting.strip())
 
     def _say(self, text: str) -> None:
         """Say fixed words (a greeting, an apology) as a reply that can be interrupted like any other."""

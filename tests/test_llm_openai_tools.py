@@ -62,3 +62,16 @@ def test_assembler_joins_pieces_by_index_and_names_calls_without_ids():
     assert calls.calls() == [ToolCall("a", "f", '{"x": 1}'), ToolCall("call_1", "g", "{}")]
     with pytest.raises(LLMError, match="not a list"):
         calls.add({"index": 0})
+
+
+async def test_a_tool_choice_goes_with_the_tools():
+    choice = {"type": "function", "function": {"name": "check_availability"}}
+    with ChatServer(lambda body: [Call("check_availability", {"time": "19:30"})]) as server:
+        backend = OpenAICompatBackend(server.url, tool_choice=choice)
+        try:
+            [item async for item in backend.stream_chat([{"role": "user", "content": "Hi"}], tools=TOOLS)]
+            [item async for item in backend.stream_chat([{"role": "user", "content": "Hi"}])]
+        finally:
+            await backend.close()
+    assert server.requests[0]["tool_choice"] == choice
+    assert "tool_choice" not in server.requests[1]

@@ -127,6 +127,7 @@ class OpenAICompatBackend:
         temperature: float = 0.3,
         timeout_s: float = 10.0,
         retries: int = 2,
+        tool_choice: str | dict[str, Any] | None = None,
     ):
         if not base_url:
             raise ValueError("--llm openai needs --llm-url, e.g. http://127.0.0.1:8000/v1")
@@ -137,6 +138,8 @@ class OpenAICompatBackend:
         self.max_tokens = max_tokens
         self.temperature = temperature
         self.retries = retries
+        # Sent with the tools: None leaves it to the server ("auto"); a named function forces that call.
+        self.tool_choice = tool_choice
         headers = {}
         api_key = os.environ.get(api_key_env, "") if api_key_env else ""
         if api_key:
@@ -172,6 +175,8 @@ class OpenAICompatBackend:
         }
         if tools:
             body["tools"] = tools
+            if self.tool_choice is not None:
+                body["tool_choice"] = self.tool_choice
         attempt = 0
         while True:
             streamed = False

@@ -60,6 +60,12 @@ def test_assembler_joins_pieces_by_index_and_names_calls_without_ids():
     calls.add([{"index": 1, "function": {"name": "g"}}])
     calls.add([{"index": 0, "function": {"arguments": ": 1}"}}])
     assert calls.calls() == [ToolCall("a", "f", '{"x": 1}'), ToolCall("call_1", "g", "{}")]
+    # Servers that send no index: an id starts a call, a piece without one goes on with the last.
+    unindexed = ToolCallAssembler()
+    unindexed.add([{"id": "x", "function": {"name": "f", "arguments": '{"a":'}}])
+    unindexed.add([{"function": {"arguments": " 1}"}}])
+    unindexed.add([{"id": "y", "function": {"name": "g", "arguments": "{}"}}])
+    assert unindexed.calls() == [ToolCall("x", "f", '{"a": 1}'), ToolCall("y", "g", "{}")]
     with pytest.raises(LLMError, match="not a list"):
         calls.add({"index": 0})
 

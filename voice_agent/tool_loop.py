@@ -183,7 +183,7 @@ class ToolLoop:
                 await self._committed.wait()
             assistant: Message = {
                 "role": "assistant",
-                "content": "".join(text),
+                "content": "".join(text) or None,  # null, as OpenAI writes a message that only calls tools
                 "tool_calls": [c.as_message_part() for c in calls],
             }
             results: list[Message] = [{"role": "tool", "tool_call_id": c.id, "content": PENDING} for c in calls]

@@ -85,10 +85,11 @@ class ToolCallAssembler:
         for piece in pieces:
             if not isinstance(piece, dict):
                 raise LLMError(f"the endpoint sent a tool call that is not an object: {piece!r:.200}")
-            index = piece.get("index", len(self._calls))
-            call = self._calls.setdefault(
-                index if isinstance(index, int) else 0, {"id": "", "name": "", "arguments": ""}
-            )
+            index = piece.get("index")
+            if not isinstance(index, int):
+                # Without an index, a piece with an id starts a call and one without goes on with the last.
+                index = len(self._calls) if piece.get("id") or not self._calls else max(self._calls)
+            call = self._calls.setdefault(index, {"id": "", "name": "", "arguments": ""})
             if isinstance(piece.get("id"), str):
                 call["id"] = piece["id"]
             function = piece.get("function") or {}

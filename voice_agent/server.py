@@ -3,7 +3,7 @@
 ``/ws`` speaks the native protocol, ``/twilio`` and ``/telnyx`` speak Media
 Streams for phone calls (``POST /twilio/voice`` answers a call with the TwiML
 that connects it, see ``docs/telephony.md``), ``/`` serves the browser client
-from ``web/``, ``/healthz`` and ``/readyz`` are the liveness and readiness probes.
+from ``voice_agent/web/``, ``/healthz`` and ``/readyz`` are the liveness and readiness probes.
 ``/metrics`` serves Prometheus metrics.
 Models load in the background after start-up, so the probes answer at once;
 WebSocket clients that arrive before the models are warm, past the session
@@ -42,7 +42,7 @@ from .twiml import bare_host, connect_stream, is_valid_signature, stream_url
 
 log = logging.getLogger(__name__)
 
-WEB_DIR = Path(__file__).resolve().parent.parent / "web"
+WEB_DIR = Path(__file__).resolve().parent / "web"  # package data: a wheel ships it (pyproject.toml)
 MAX_WEBHOOK_BYTES = 64 * 1024
 
 

@@ -6,26 +6,13 @@ import asyncio
 
 import numpy as np
 
+from tests.test_session import EnergyVAD, quiet, tone
 from voice_agent.config import Settings
 from voice_agent.listener import PREROLL_SAMPLES, Listener
 from voice_agent.protocols.events import Transcript
 from voice_agent.vad import WINDOW
 
 RATE = 16000
-
-
-class LoudVAD:
-    """Speech wherever a window is loud."""
-
-    def __init__(self):
-        self._pending = np.zeros(0, np.float32)
-
-    def process(self, samples):
-        self._pending = np.concatenate([self._pending, samples])
-        count = len(self._pending) // WINDOW
-        windows = self._pending[: count * WINDOW].reshape(count, WINDOW)
-        self._pending = self._pending[count * WINDOW :]
-        return [1.0 if np.abs(w).max() > 0.05 else 0.0 for w in windows]
 
 
 class WordsSTT:
@@ -68,7 +55,7 @@ class Floor:
 def listener(floor: Floor, **settings) -> tuple[Listener, list]:
     events: list = []
     defaults = dict(end_silence_complete_ms=200, end_silence_ms=200, stt_speculative_silence_ms=64)
-    made = Listener(Settings(**{**defaults, **settings}), LoudVAD(), WordsSTT, events.append, floor)
+    made = Listener(Settings(**{**defaults, **settings}), EnergyVAD(), WordsSTT, events.append, floor)
     floor.listener = made
     return made, events
 
@@ -79,19 +66,11 @@ async def feed(made: Listener, audio: np.ndarray) -> None:
         await asyncio.sleep(0)
 
 
-def loud(seconds: float) -> np.ndarray:
-    return np.full(int(seconds * RATE), 0.3, np.float32)
-
-
-def quiet(seconds: float) -> np.ndarray:
-    return np.zeros(int(seconds * RATE), np.float32)
-
-
 async def test_speech_makes_a_turn_with_pre_roll_that_a_pause_commits():
     floor = Floor()
     made, events = listener(floor)
     await feed(made, quiet(1.0))
-    await feed(made, loud(0.6))
+    await feed(made, tone(0.6))
     [(kind, start)] = floor.calls
     # Some audio from before the speech began (the VAD fires late), at most the pre-roll before it.
     assert kind == "begin" and RATE - PREROLL_SAMPLES <= start < RATE - WINDOW
@@ -118,8 +97,8 @@ async def test_audio_is_kept_for_a_turn_that_may_merge_and_trimmed_otherwise():
 async def test_a_short_blip_is_not_a_turn():
     floor = Floor()
     made, _ = listener(floor, vad_min_speech_ms=96)
-    await feed(made, np.concatenate([quiet(0.5), loud(0.04), quiet(0.5)]))  # two 32 ms windows, under 96 ms
+    await feed(made, np.concatenate([quiet(0.5), tone(0.04), quiet(0.5)]))  # two 32 ms windows, under 96 ms
     assert floor.calls == []
-    await feed(made, np.concatenate([loud(0.1), quiet(0.5)]))  # four windows: a turn
+    await feed(made, np.concatenate([tone(0.1), quiet(0.5)]))  # four windows: a turn
     assert floor.calls[0][0] == "begin"
     await made.close()

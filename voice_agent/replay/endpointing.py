@@ -28,7 +28,7 @@ import numpy as np
 
 from .measure import AudioIn, Received, distribution, is_final_transcript, speech_bursts
 
-# The mid-turn pauses are 300 to 1500 ms; shorter gaps are the breaks
+# A mid-turn pause is a thinking pause of 300 to 1500 ms; shorter gaps are the breaks
 # between words or at a comma that any speaker leaves.
 MIN_PAUSE_MS = 300
 

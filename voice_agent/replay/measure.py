@@ -140,7 +140,7 @@ def barge_in_stop(received: Sequence[Received], onset: float) -> tuple[float | N
             playing = (start, end)
     if playing is None:
         return None
-    last_audio = None
+    last_audio: float | None = None
     for item in received:
         if item.at < playing[0]:
             continue

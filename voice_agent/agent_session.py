@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Callable, Coroutine
+from collections.abc import AsyncGenerator, Callable, Coroutine
 from typing import Any, cast
 
 from .agent import Agent, CallAction, CallContext, call_hook
@@ -49,7 +49,7 @@ class AgentTurn:
         """The tool calls and results of this answer, for the history."""
         return self.loop.messages if self.loop is not None else []
 
-    async def stream_chat(self, messages: list[Message], tools: Any = None) -> AsyncIterator[str]:
+    async def stream_chat(self, messages: list[Message], tools: Any = None) -> AsyncGenerator[str, None]:
         session = self._session
         context = await session.started()  # the start hook may change the instructions and tools
         if messages and messages[0].get("role") == "system":
@@ -65,10 +65,10 @@ class AgentTurn:
                 fillers=session.agent.fillers,
                 committed=self.committed,
             )
-            stream: AsyncIterator[str] = self.loop.stream_chat(messages)
+            stream: AsyncGenerator[str, None] = self.loop.stream_chat(messages)
         else:
             stream = self._llm.stream_chat(messages)
-        async with contextlib.aclosing(stream):  # type: ignore[type-var]
+        async with contextlib.aclosing(stream):
             async for delta in stream:
                 yield delta
 

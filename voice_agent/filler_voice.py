@@ -10,7 +10,7 @@ anything else is synthesized as usual.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncGenerator, Iterable
 
 import numpy as np
 
@@ -44,7 +44,7 @@ class FillerVoice:
             async for _ in self.synthesize(chunk):
                 pass
 
-    async def synthesize(self, text: str) -> AsyncIterator[np.ndarray]:
+    async def synthesize(self, text: str) -> AsyncGenerator[np.ndarray, None]:
         cached = self._cache.get(text)
         if cached is not None:
             for piece in cached:

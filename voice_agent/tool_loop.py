@@ -31,7 +31,7 @@ import contextlib
 import json
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncGenerator, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -159,7 +159,7 @@ class ToolLoop:
         self.tool_call_at: float | None = None  # monotonic time of the first tool call
         self.filler_at: float | None = None  # monotonic time of the first filler
 
-    async def stream_chat(self, messages: list[Message], tools: Any = None) -> AsyncIterator[str]:
+    async def stream_chat(self, messages: list[Message], tools: Any = None) -> AsyncGenerator[str, None]:
         await self._ledger.settled()
         conversation = list(messages)
         fillers = iter(self._fillers)
@@ -168,7 +168,7 @@ class ToolLoop:
             text: list[str] = []
             calls: list[ToolCall] = []
             stream = self._llm.stream_chat(conversation, tools=offered)
-            async with contextlib.aclosing(stream):  # type: ignore[type-var]
+            async with contextlib.aclosing(stream):
                 async for item in stream:
                     if isinstance(item, ToolCall):
                         calls.append(item)
@@ -197,7 +197,7 @@ class ToolLoop:
         tool = self._tools.get(call.name)
         return tool is not None and tool.side_effect
 
-    async def _wait(self, running: list[asyncio.Task], fillers: Any) -> AsyncIterator[str]:
+    async def _wait(self, running: list[asyncio.Task], fillers: Any) -> AsyncGenerator[str, None]:
         """Wait for ``running`` (never cancelling it), yielding a filler each time the wait grows long."""
         wait_s = self._filler_after_s
         while True:

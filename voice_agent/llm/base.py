@@ -13,7 +13,7 @@ that answer; one that cannot ignores ``tools`` and says so in
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 from typing import Any, Protocol, overload
 
@@ -39,16 +39,16 @@ class LLMBackend(Protocol):
     name: str
 
     @overload
-    def stream_chat(self, messages: list[Message]) -> AsyncIterator[str]: ...
+    def stream_chat(self, messages: list[Message]) -> AsyncGenerator[str, None]: ...
 
     @overload
     def stream_chat(
         self, messages: list[Message], tools: list[dict[str, Any]] | None
-    ) -> AsyncIterator[str | ToolCall]: ...
+    ) -> AsyncGenerator[str | ToolCall, None]: ...
 
     def stream_chat(
         self, messages: list[Message], tools: list[dict[str, Any]] | None = None
-    ) -> AsyncIterator[str] | AsyncIterator[str | ToolCall]:
+    ) -> AsyncGenerator[str, None] | AsyncGenerator[str | ToolCall, None]:
         """Stream the assistant's reply to ``messages``: text deltas, then the tool calls it makes, if any."""
         ...
 

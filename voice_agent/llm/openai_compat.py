@@ -23,7 +23,7 @@ import asyncio
 import json
 import logging
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from typing import Any, overload
 
 import httpx
@@ -155,16 +155,16 @@ class OpenAICompatBackend:
         )
 
     @overload
-    def stream_chat(self, messages: list[Message]) -> AsyncIterator[str]: ...
+    def stream_chat(self, messages: list[Message]) -> AsyncGenerator[str, None]: ...
 
     @overload
     def stream_chat(
         self, messages: list[Message], tools: list[dict[str, Any]] | None
-    ) -> AsyncIterator[str | ToolCall]: ...
+    ) -> AsyncGenerator[str | ToolCall, None]: ...
 
     async def stream_chat(
         self, messages: list[Message], tools: list[dict[str, Any]] | None = None
-    ) -> AsyncIterator[str | ToolCall]:
+    ) -> AsyncGenerator[str | ToolCall, None]:
         if not self.model:
             self.model = await self._served_model()
         body: dict[str, Any] = {

@@ -6,7 +6,7 @@ interrupted like one.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from typing import Any
 
 from .base import Message
@@ -20,7 +20,7 @@ class ScriptedLLM:
 
     async def stream_chat(
         self, messages: list[Message], tools: list[dict[str, Any]] | None = None
-    ) -> AsyncIterator[str]:
+    ) -> AsyncGenerator[str, None]:
         yield self._text  # fixed words call no tools
 
     async def prefill(self, messages: list[Message]) -> None:

@@ -18,7 +18,7 @@ import os
 import shutil
 import tempfile
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from pathlib import Path
 from typing import Any
 
@@ -115,7 +115,7 @@ class VLLMBackend:
 
     async def stream_chat(
         self, messages: list[Message], tools: list[dict[str, Any]] | None = None
-    ) -> AsyncIterator[str]:
+    ) -> AsyncGenerator[str, None]:
         """Stream the answer; ``tools`` are ignored (see ``supports_tools``)."""
         from vllm import SamplingParams
         from vllm.inputs import tokens_input

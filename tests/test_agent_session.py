@@ -132,3 +132,40 @@ async def test_an_interruption_during_a_tool_call_keeps_the_call_and_result_in_t
     assert h.session.history[2]["content"] == "Booked for Ann."
     assert h.session.history[6]["content"].startswith("Already done")
     await h.session.close()
+
+
+async def test_create_app_serves_the_agent_with_its_voice_and_warns_when_the_llm_cannot_call_tools(monkeypatch, caplog):
+    from voice_agent import create_app, server
+    from voice_agent.tools import as_tool
+
+    def lookup() -> str:
+        """Look up."""
+        return ""
+
+    agent = Agent(voice="/voices/custom.onnx", tools=[as_tool(lookup)])
+
+    class NoToolsLLM(ScriptedLLM):
+        name = "llamacpp"
+        supports_tools = False
+
+        async def warm_up(self):
+            pass
+
+    engines = Engines(vad=EnergyVAD(), stt=FakeSTT(), llm=NoToolsLLM(), tts=FakeTTS())
+    monkeypatch.setattr(server, "load_engines", lambda settings: engines)
+    app = create_app(agent=agent, settings=Settings(llm="llamacpp"))
+    runtime = app.state.runtime
+    assert runtime.agent is agent and runtime.settings.tts_voice == "/voices/custom.onnx"
+    with caplog.at_level("WARNING"):
+        await runtime.load()
+    assert "cannot call tools" in caplog.text
+    assert runtime.filler_voice is not None  # the fillers were synthesized at start-up
+
+
+def test_a_transfer_reaches_a_ws_client_as_json():
+    from voice_agent.protocols.events import CallTransferred
+    from voice_agent.protocols.native import NativeProtocol
+
+    codec = NativeProtocol()
+    assert codec.send(CallTransferred("+15550001111")) == '{"type":"transfer","to":"+15550001111"}'
+    assert codec.send(CallEnded("done")) == '{"type":"call_ended","reason":"done"}'

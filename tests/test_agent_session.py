@@ -91,13 +91,16 @@ async def test_a_tool_call_in_a_spoken_turn_enters_the_history_and_the_report():
 
 
 async def test_end_call_ends_after_the_goodbye_unless_the_user_interrupts_it():
+    reports: list = []
     llm = ScriptedLLM(["Thanks for calling. ", call("end_call", {"reason": "done"})], ["Goodbye."])
-    h = AgentHarness(Agent(tools=[end_call]), llm)
+    agent = Agent(tools=[end_call], on_session_end=lambda context, report: reports.append(report))
+    h = AgentHarness(agent, llm)
     h.session.handle(TextReceived("Bye"))
     await h.until(lambda: any(isinstance(e, CallEnded) for e in h.events))
     assert h.events[-1] == CallEnded("done")  # after the answer's last audio and transcript
     assert h.finals("agent") == ["Thanks for calling. Goodbye."]
     await h.session.close()
+    assert reports[0].end_reason == "the agent ended the call: done"
 
     llm = ScriptedLLM([call("end_call", {})], ["Goodbye, ", "have ", "a ", "lovely ", "evening."], delay_s=0.1)
     h = AgentHarness(Agent(tools=[end_call]), llm)

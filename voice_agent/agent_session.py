@@ -99,6 +99,7 @@ class AgentSession:
         self._turns: dict[int, AgentTurn] = {}
         self._action: asyncio.Task | None = None
         self._hooks: set[asyncio.Task] = set()  # hooks running in the background, referenced until done
+        self._end_reason = "the client hung up, or a limit or shutdown closed it"
 
     # Start.
 
@@ -188,11 +189,14 @@ class AgentSession:
         if action.kind == "transfer":
             self._emit(CallTransferred(action.to))
         else:
+            self._end_reason = (
+                f"the agent ended the call: {action.reason}" if action.reason else "the agent ended the call"
+            )
             self._emit(CallEnded(action.reason))
 
     # End.
 
-    async def close(self, reason: str = "") -> SessionReport:
+    async def close(self) -> SessionReport:
         """Wait briefly for tool calls still running, then deliver the report and run the end hook."""
         try:
             await asyncio.wait_for(self.ledger.close(), CLOSE_WAIT_S)
@@ -201,7 +205,7 @@ class AgentSession:
         if self._action is not None:
             await asyncio.gather(self._action, return_exceptions=True)
         await asyncio.gather(*self._hooks, return_exceptions=True)
-        report = await asyncio.to_thread(self.recorder.report, reason)
+        report = await asyncio.to_thread(self.recorder.report, self._end_reason)
         deliver(report, self.settings.session_report_dir, self.settings.session_report_url)
         context = self.context or self.agent.context(self.session_id, self.protocol, {}, None)
         await call_hook(self.agent.on_session_end, context, report)

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .config import DEFAULT_SYSTEM_PROMPT
+from .config import DEFAULT_SYSTEM_PROMPT, Settings
 from .tools import Tool, as_tool
 
 log = logging.getLogger(__name__)
@@ -131,6 +131,13 @@ async def call_hook(hook: Hook | None, *args: Any) -> None:
             await result
     except Exception:
         log.exception("agent hook %s failed", getattr(hook, "__name__", hook))
+
+
+def agent_from_settings(settings: Settings) -> Agent:
+    """The agent ``--agent`` names; without one, the plain assistant as an agent, for its session reports."""
+    if settings.agent:
+        return load_agent(settings.agent)
+    return Agent(instructions=settings.system_prompt, on_session_start=client_prompt_and_greeting)
 
 
 def load_agent(spec: str) -> Agent:

@@ -20,6 +20,8 @@ from typing import Any, cast
 from .agent import Agent, CallAction, CallContext, call_hook
 from .call_control import TwilioCalls
 from .config import Settings
+from .engines import Engines
+from .filler_voice import FillerVoice, filler_chunks
 from .interfaces import TTSBackend
 from .llm.base import LLMBackend, Message, supports_tools
 from .protocols.events import CallEnded, CallTransferred, Error, OutputEvent
@@ -29,6 +31,24 @@ from .tool_loop import ToolLedger, ToolLoop
 log = logging.getLogger(__name__)
 
 CLOSE_WAIT_S = 15.0  # how long a closing session waits for tool calls still running, to record their results
+
+
+async def prepare_agent(agent: Agent, engines: Engines, settings: Settings) -> TTSBackend | None:
+    """Once per process, after the engines are warm: say whether the LLM can call the agent's tools, and
+    synthesize the fillers; returns the voice the agent's answers use (None: the engine's own)."""
+    if agent.tools and not supports_tools(engines.llm):
+        log.warning(
+            "the agent has tools, but --llm %s cannot call tools (the embedded SmolLM2-135M cannot): "
+            "it answers without them. Use --llm openai with a server that returns tool calls, "
+            "e.g. vllm serve --enable-auto-tool-choice --tool-call-parser hermes",
+            engines.llm.name,
+        )
+    if not agent.fillers:
+        return None
+    chunks = filler_chunks(agent.fillers, settings.first_chunk_min_words, bool(settings.first_chunk_phrase_breaks))
+    voice = FillerVoice(engines.tts, chunks)
+    await voice.warm_up()
+    return voice
 
 
 class AgentTurn:

@@ -11,21 +11,22 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from . import log as logs
-from .agent import Agent
-from .agent_session import AgentSession
 from .close_codes import CloseCode
 from .config import Settings
 from .engines import Engines
-from .filler_voice import FillerVoice
 from .limits import ClientLimits, Deadlines, Slot
 from .metrics import ServerMetrics
 from .protocols.events import AudioReceived, CallEnded, Error, InputEvent, OutputEvent
 from .session import Session
+
+if TYPE_CHECKING:  # imported when a session serves an agent: the plain server loads none of it
+    from .agent import Agent
+    from .interfaces import TTSBackend
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +70,7 @@ async def run_session(
     slot: Slot | None = None,
     metrics: ServerMetrics | None = None,
     agent: Agent | None = None,
-    filler_voice: FillerVoice | None = None,
+    agent_voice: TTSBackend | None = None,
 ) -> None:
     """Serve one accepted WebSocket until either side ends it. ``slot`` comes from the server's registry."""
     slot = slot or Slot()
@@ -102,10 +103,12 @@ async def run_session(
 
     agent_session = None
     if agent is not None:
+        from .agent_session import AgentSession
+
         dialect = getattr(codec, "dialect", None)
         protocol = dialect.name if dialect is not None else "ws"
         agent_session = AgentSession(
-            agent, settings, session_id, emit, engines.llm, protocol, tts=filler_voice or engines.tts
+            agent, settings, session_id, emit, engines.llm, protocol, tts=agent_voice or engines.tts
         )
     session = Session(engines, settings, emit, session_id, agent=agent_session)
     slot.answering = lambda: session.answering

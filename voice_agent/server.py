@@ -20,6 +20,7 @@ import dataclasses
 import hmac
 import logging
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import parse_qsl
 
 from starlette.applications import Starlette
@@ -31,19 +32,19 @@ from starlette.websockets import WebSocket
 
 from . import log as logs
 from .access import UNAUTHORIZED, AccessPolicy
-from .agent import Agent, client_prompt_and_greeting, load_agent
 from .close_codes import CloseCode
 from .config import Settings
 from .connection import Codec, run_session
 from .engines import Engines, load_engines
-from .filler_voice import FillerVoice, filler_chunks
 from .limits import Refused, SessionRegistry
-from .llm.base import supports_tools
 from .metrics import CONTENT_TYPE, ServerMetrics
 from .protocols.native import NativeProtocol
 from .protocols.twilio import TELNYX, TWILIO, Dialect, MediaStreamsProtocol
-from .session_report import wait_for_deliveries
 from .twiml import bare_host, connect_stream, is_valid_signature, stream_url
+
+if TYPE_CHECKING:  # the agent modules load only when an agent is served
+    from .agent import Agent
+    from .interfaces import TTSBackend
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +59,7 @@ class Runtime:
         self.settings = settings
         self.engines = engines
         self.agent = agent
-        self.filler_voice: FillerVoice | None = None
+        self.agent_voice: TTSBackend | None = None
         self.ready = asyncio.Event()
         self.sessions = SessionRegistry(settings.max_sessions)
         self.metrics = ServerMetrics()
@@ -69,22 +70,11 @@ class Runtime:
     async def load(self) -> None:
         try:
             self.engines = await asyncio.to_thread(load_engines, self.settings)
-            if self.agent is not None and self.agent.tools and not supports_tools(self.engines.llm):
-                log.warning(
-                    "the agent has tools, but --llm %s cannot call tools (the embedded SmolLM2-135M cannot): "
-                    "it answers without them. Use --llm openai with a server that returns tool calls, "
-                    "e.g. vllm serve --enable-auto-tool-choice --tool-call-parser hermes",
-                    self.engines.llm.name,
-                )
             await self.engines.warm_up()
-            if self.agent is not None and self.agent.fillers:
-                chunks = filler_chunks(
-                    self.agent.fillers,
-                    self.settings.first_chunk_min_words,
-                    bool(self.settings.first_chunk_phrase_breaks),
-                )
-                self.filler_voice = FillerVoice(self.engines.tts, chunks)
-                await self.filler_voice.warm_up()
+            if self.agent is not None:
+                from .agent_session import prepare_agent
+
+                self.agent_voice = await prepare_agent(self.agent, self.engines, self.settings)
         except Exception:
             log.exception("loading the models failed")
             raise
@@ -101,11 +91,12 @@ def create_app(
     ``settings.agent`` names, else the plain assistant of ``settings.system_prompt``).
     """
     settings = settings or Settings.from_sources()
-    if agent is None and settings.agent:
-        agent = load_agent(settings.agent)
-    if agent is None and (settings.session_report_dir or settings.session_report_url or settings.record):
-        # Reports come from the agent layer: the plain assistant as an agent, with its usual start options.
-        agent = Agent(instructions=settings.system_prompt, on_session_start=client_prompt_and_greeting)
+    if agent is None and (
+        settings.agent or settings.session_report_dir or settings.session_report_url or settings.record
+    ):
+        from .agent import agent_from_settings
+
+        agent = agent_from_settings(settings)
     if agent is not None and agent.voice and not settings.tts_voice:
         settings = dataclasses.replace(settings, tts_voice=agent.voice)
     runtime = Runtime(settings, engines, agent)
@@ -118,7 +109,10 @@ def create_app(
         lag_watch.cancel()
         if loader is not None:
             loader.cancel()
-        await wait_for_deliveries(5.0)
+        if runtime.agent is not None:
+            from .session_report import wait_for_deliveries
+
+            await wait_for_deliveries(5.0)
         if runtime.engines is not None and engines is None:
             await runtime.engines.close()
 
@@ -150,7 +144,7 @@ def create_app(
             return
         with slot:
             await run_session(
-                websocket, codec, runtime.engines, settings, slot, runtime.metrics, runtime.agent, runtime.filler_voice
+                websocket, codec, runtime.engines, settings, slot, runtime.metrics, runtime.agent, runtime.agent_voice
             )
 
     async def native(websocket: WebSocket) -> None:

@@ -15,11 +15,10 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .agent import CallContext
-from .agent_session import AgentSession
 from .audio import PIPELINE_RATE
 from .barge_in import BargeIn, BargeInPolicy
 from .config import Settings
@@ -45,6 +44,10 @@ from .protocols.events import (
 from .reply import Reply
 from .turn import has_words
 from .user_turn import TurnMetrics, UserTurn
+
+if TYPE_CHECKING:  # only a session with an agent uses them, and is handed them
+    from .agent import CallContext
+    from .agent_session import AgentSession
 
 log = logging.getLogger(__name__)
 

@@ -113,7 +113,7 @@ class AgentSession:
         self.tools_enabled = supports_tools(llm)
         self.context: CallContext | None = None
         self._start: asyncio.Task[CallContext] | None = None
-        self.recorder = SessionRecorder(session_id, record=bool(settings.record))
+        self.recorder = SessionRecorder(session_id, record=settings.record)
         self.recorder.protocol = protocol
         self.ledger = ToolLedger(None, settings.tool_timeout_s, self.recorder.tool_call)
         self._turns: dict[int, AgentTurn] = {}

@@ -329,12 +329,11 @@ class Settings:
     session_report_url: str = _opt(
         "", "POST each session's report as JSON to this URL, retried with backoff. Empty: none.", "agent"
     )
-    record: int = _opt(
-        0,
-        "1: keep a stereo recording of each session (user left, agent right) for its report; it is held in "
+    record: bool = _opt(
+        False,
+        "Keep a stereo recording of each session (user left, agent right) for its report; it is held in "
         "memory until the session ends (about 115 MB an hour at 16 kHz).",
         "agent",
-        (0, 1),
     )
 
     @classmethod

@@ -181,6 +181,7 @@ async def test_barge_in_during_the_booking_books_once_and_the_filler_comes_in_ti
         answer = await answered(client, 3, timeout=60)
     finally:
         await client.close()
+    print(f"filler {filler_delay * 1000:.0f} ms after the model's tool call")  # shown with pytest -s
     assert filler_delay < 0.5, filler_delay
     interrupted = agent_finals(client)[1]
     assert "One moment while I check that.".startswith(interrupted), interrupted  # what was heard of the filler

@@ -138,6 +138,7 @@ class Session:
         self._reply: Reply | None = None
         self._pending_start: int | None = None  # audio of a turn whose answer never began
         self.history: list[dict[str, str]] = []
+        self._input_seen = False
         self._prefill: asyncio.Task | None = None
         self.closed = False
 
@@ -152,7 +153,12 @@ class Session:
         """Take one input event. Never blocks; long work goes to tasks."""
         if self.closed:
             return
-        if isinstance(event, AudioReceived):
+        late_start = isinstance(event, SessionStarted) and self._input_seen
+        self._input_seen |= isinstance(event, (SessionStarted, AudioReceived, TextReceived))
+        if late_start:
+            # Once, before any input: never a second greeting, nor a rate or prompt switch mid-answer.
+            self._emit(Error("start_after_input", "start must come once, before any audio or text; ignored"))
+        elif isinstance(event, AudioReceived):
             self._on_audio(event.samples)
         elif isinstance(event, SessionStarted):
             self._on_start(event)

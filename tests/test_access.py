@@ -17,10 +17,24 @@ TELEPHONY_TOKEN = "phone-7d41b0-secret"
 GOOD_ORIGIN = "https://app.example.com"
 
 
-def test_no_token_and_no_origins_let_everyone_in():
+def test_no_token_lets_any_non_browser_and_any_same_origin_page_in():
     policy = AccessPolicy()
-    assert policy.refusal({"origin": "https://evil.example"}, {}) is None
     assert policy.refusal({}, {}) is None
+    assert policy.refusal({"origin": "http://agent.example:8000", "host": "agent.example:8000"}, {}) is None
+    assert policy.refusal({"origin": "HTTPS://Agent.Example", "host": "agent.example"}, {}) is None
+
+
+def test_cross_origin_browsers_are_refused_by_default_and_let_in_by_the_list_or_a_star():
+    cross = {"origin": "https://evil.example", "host": "agent.example"}
+    assert AccessPolicy().refusal(cross, {}) == FORBIDDEN_ORIGIN
+    assert AccessPolicy().refusal({"origin": "http://agent.example:8001", "host": "agent.example:8000"}, {}) == (
+        FORBIDDEN_ORIGIN
+    )
+    assert AccessPolicy().refusal({"origin": "null", "host": "agent.example"}, {}) == FORBIDDEN_ORIGIN
+    assert AccessPolicy().refusal({"origin": "null"}, {}) == FORBIDDEN_ORIGIN  # no host: never "the same"
+    assert AccessPolicy().refusal({"origin": "http://[::1", "host": "x"}, {}) == FORBIDDEN_ORIGIN
+    assert AccessPolicy(allowed_origins="https://evil.example").refusal(cross, {}) is None
+    assert AccessPolicy(allowed_origins="*").refusal(cross, {}) is None
 
 
 def test_the_token_as_a_bearer_header_or_a_query_parameter():

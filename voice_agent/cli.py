@@ -60,6 +60,11 @@ def cap_malloc_arenas(arenas: int = 2) -> None:
 
 
 def serve_command(settings: Settings) -> int:
+    from .preflight import problems
+
+    if found := problems(settings):
+        print("voice-agent serve: the settings cannot work:", *(f"  {p}" for p in found), sep="\n", file=sys.stderr)
+        return 2
     # Whisper, llama.cpp and Piper share a few cores. OpenMP's default spin-wait
     # burns a core while one engine waits for the next parallel region, starving
     # the others: with it passive, llama.cpp evaluated a 45-token prompt in 264 ms
@@ -77,6 +82,7 @@ def serve_command(settings: Settings) -> int:
         settings.log_level,
         settings.log_format,
         secrets=(settings.auth_token, settings.telephony_token, settings.twilio_auth_token),
+        transcripts=bool(settings.log_transcripts),
     )
     app = create_app(settings)
     config = uvicorn.Config(
@@ -85,14 +91,19 @@ def serve_command(settings: Settings) -> int:
         port=settings.port,
         ws="websockets-sansio",
         ws_max_size=MAX_MESSAGE_BYTES,
+        # A 1 KiB compressed frame can inflate to a megabyte of work; audio barely compresses anyway.
+        ws_per_message_deflate=False,
         log_level=settings.log_level,
         log_config=None,  # uvicorn's lines go through log.configure's handler: session ids, no secrets
         lifespan="on",
         # Sessions are drained before uvicorn's shutdown starts; this bounds what is left after that.
         timeout_graceful_shutdown=5,
     )
-    GracefulServer(config, app.state.runtime.sessions, settings.shutdown_grace_s).run()
-    return 0
+    runtime = app.state.runtime
+    server = GracefulServer(config, runtime.sessions, settings.shutdown_grace_s)
+    runtime.on_load_failure = server.stop_now
+    server.run()
+    return 1 if runtime.load_failed else 0
 
 
 if __name__ == "__main__":

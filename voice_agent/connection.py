@@ -21,6 +21,7 @@ from typing import Protocol
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from . import log as logs
+from .close_codes import CloseCode
 from .config import Settings
 from .engines import Engines
 from .limits import ClientLimits, Deadlines, Slot
@@ -38,10 +39,6 @@ OUTBOX_LIMIT = 1000
 SEND_TIMEOUT_S = 5.0
 FLUSH_S = 2.0  # how long a closing session may take to send what it already emitted
 CLOSE_S = 2.0  # how long the close frame may wait for room; the session ends either way
-
-NORMAL_CLOSURE = 1000
-POLICY_VIOLATION = 1008
-INTERNAL_ERROR = 1011
 
 _DEADLINE_CLOSE = {
     Deadlines.IDLE: "idle timeout",
@@ -64,7 +61,7 @@ class ClientTooSlow(Exception):
 class Closing(Exception):
     """End the session with this close code and reason."""
 
-    def __init__(self, code: int, reason: str):
+    def __init__(self, code: CloseCode, reason: str):
         super().__init__(reason)
         self.code = code
         self.reason = reason
@@ -138,7 +135,7 @@ async def run_session(
                     return
                 if (expired := limits.deadlines.expired()) is not None:
                     emit(Error(expired, f"{_DEADLINE_CLOSE[expired]}; closing"))
-                    raise Closing(NORMAL_CLOSURE, _DEADLINE_CLOSE[expired])
+                    raise Closing(CloseCode.NORMAL_CLOSURE, _DEADLINE_CLOSE[expired])
     except Closing as closing:
         log.info("session %s: closing (%d, %s)", session_id, closing.code, closing.reason)
         await _flush(outbox, writer)
@@ -146,14 +143,14 @@ async def run_session(
     except ClientTooSlow:
         log.warning("session %s: client is not reading; closing", session_id)
         metrics.errors.labels("client_too_slow").inc()
-        await _close(websocket, POLICY_VIOLATION, "client too slow")
+        await _close(websocket, CloseCode.POLICY_VIOLATION, "client too slow")
     except (WebSocketDisconnect, OSError) as exc:
         log.info("session %s: connection lost: %s", session_id, exc)
     except Exception:
         # A bug in this one session: end it cleanly, never the server or other sessions.
         log.exception("session %s: internal error; closing", session_id)
         metrics.errors.labels("internal_error").inc()
-        await _close(websocket, INTERNAL_ERROR, "internal error")
+        await _close(websocket, CloseCode.INTERNAL_ERROR, "internal error")
     finally:
         tasks = [writer, overflow_watch, close_watch] + ([receive] if receive is not None else [])
         for task in tasks:
@@ -169,11 +166,11 @@ def _receive_message(message: dict, codec: Codec, session: Session, limits: Clie
     text = message.get("text") or ""
     if not limits.messages.take(1):
         emit(Error("message_rate_exceeded", f"over {limits.messages.rate:g} messages per second; closing"))
-        raise Closing(POLICY_VIOLATION, "too many messages")
+        raise Closing(CloseCode.POLICY_VIOLATION, "too many messages")
     # Characters, not UTF-8 bytes, for text: the same bound within a factor of 4, without encoding it again.
     if not limits.data.take(len(data) if data is not None else len(text)):
         emit(Error("byte_rate_exceeded", f"over {limits.data.rate:g} bytes per second; closing"))
-        raise Closing(POLICY_VIOLATION, "too much data")
+        raise Closing(CloseCode.POLICY_VIOLATION, "too much data")
     events = codec.receive_bytes(data) if data is not None else codec.receive_text(text)
     for event in events:
         if isinstance(event, AudioReceived):
@@ -206,7 +203,7 @@ async def _flush(outbox: asyncio.Queue, writer: asyncio.Task) -> None:
         pass
 
 
-async def _close(websocket: WebSocket, code: int, reason: str) -> None:
+async def _close(websocket: WebSocket, code: CloseCode, reason: str) -> None:
     """Send the close frame if there is room for it within :data:`CLOSE_S`; the caller frees the slot either way."""
     try:
         await asyncio.wait_for(websocket.close(code, reason), CLOSE_S)

@@ -3,7 +3,7 @@
 ``/ws`` speaks the native protocol, ``/twilio`` and ``/telnyx`` speak Media
 Streams for phone calls (``POST /twilio/voice`` answers a call with the TwiML
 that connects it, see ``docs/telephony.md``), ``/`` serves the browser client
-from ``web/``, ``/healthz`` and ``/readyz`` are the liveness and readiness probes.
+from ``voice_agent/web/``, ``/healthz`` and ``/readyz`` are the liveness and readiness probes.
 ``/metrics`` serves Prometheus metrics.
 Models load in the background after start-up, so the probes answer at once;
 if they fail to load, ``/healthz`` fails and the process is asked to exit.
@@ -34,10 +34,11 @@ from starlette.websockets import WebSocket
 
 from . import log as logs
 from .access import UNAUTHORIZED, AccessPolicy
+from .close_codes import CloseCode
 from .config import Settings
 from .connection import Codec, run_session
 from .engines import Engines, load_engines
-from .limits import TRY_AGAIN_LATER, Refused, SessionRegistry
+from .limits import Refused, SessionRegistry
 from .metrics import CONTENT_TYPE, ServerMetrics
 from .protocols.native import NativeProtocol
 from .protocols.telephony import TELNYX, TWILIO, Dialect, MediaStreamsProtocol
@@ -45,7 +46,7 @@ from .twiml import bare_host, connect_stream, is_valid_signature, stream_url
 
 log = logging.getLogger(__name__)
 
-WEB_DIR = Path(__file__).resolve().parent.parent / "web"
+WEB_DIR = Path(__file__).resolve().parent / "web"  # package data: a wheel ships it (pyproject.toml)
 MAX_WEBHOOK_BYTES = 64 * 1024
 
 
@@ -138,7 +139,7 @@ def create_app(settings: Settings, engines: Engines | None = None) -> Starlette:
         except Refused as refused:
             runtime.metrics.refused.labels(refused.kind).inc()
             log.warning("refused a session from %s: %s", websocket.client, refused)
-            await websocket.close(TRY_AGAIN_LATER, str(refused))
+            await websocket.close(CloseCode.TRY_AGAIN_LATER, str(refused))
             return
         with slot:
             await run_session(websocket, codec, engines, settings, slot, runtime.metrics)

@@ -9,7 +9,7 @@ Whisper is trained on 30 s windows and faster-whisper pads every call to 30 s,
 which makes the encoder cost the same for "Yes." as for a long sentence.
 CTranslate2's encoder accepts shorter inputs, so utterances (which fit in
 one window) are encoded in a shorter one: ``window_s`` or the audio plus 2 s,
-whichever is longer. Measured with scripts/stt_window: a 10 s window gives
+whichever is longer. Measured with experiments/stt_window: a 10 s window gives
 the same words as 30 s on our test utterances at a third to a fifth of the
 cost, while windows under about 5 s make the decoder loop ("yes yes yes").
 
@@ -28,6 +28,8 @@ import logging
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
+
+from . import log as logs
 
 log = logging.getLogger(__name__)
 
@@ -103,7 +105,8 @@ class WhisperSTT:
         text = self._transcribe_window(audio, max(self.window_s, duration + 2))
         if looks_looped(text):
             # Rare, and mostly on turns with long pauses inside: the full window does not loop.
-            log.info("Whisper looped in a %.0f s window (%r); transcribing in 30 s", self.window_s, text[:80])
+            log.info("Whisper looped in a %.0f s window; transcribing in 30 s", self.window_s)
+            log.log(logs.words_level(), "Whisper's looping transcript: %r", text[:80])
             return self._transcribe_full(audio)
         return text
 

@@ -270,6 +270,24 @@ async def test_an_idle_session_is_told_and_closed(limited_url):
 
 
 @pytest.mark.e2e
+async def test_marks_do_not_keep_a_session_alive(limited_url):
+    client = await NativeClient.connect(limited_url)
+    started = time.monotonic()
+
+    async def echo_marks() -> None:
+        while True:
+            await client.ws.send(json.dumps({"type": "mark", "name": "1.0"}))
+            await asyncio.sleep(0.5)
+
+    marks = asyncio.create_task(echo_marks())
+    code, reason = await closed_with(client, IDLE_S + 10)
+    marks.cancel()
+    await asyncio.gather(marks, return_exceptions=True)
+    assert (code, reason) == (1000, "idle timeout")
+    assert IDLE_S - 0.5 <= time.monotonic() - started < IDLE_S + 3
+
+
+@pytest.mark.e2e
 async def test_a_session_ends_at_the_time_limit_even_while_streaming(limited_url):
     client = await NativeClient.connect(limited_url)
     started = time.monotonic()

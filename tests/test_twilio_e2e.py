@@ -36,6 +36,8 @@ def phone_server():
         TOKEN,
         "--public-host",
         PUBLIC_HOST,
+        "--allow-client-prompt",  # the greeting test sets the call's greeting
+        "1",
         env={"VOICE_AGENT_TWILIO_AUTH_TOKEN": AUTH_TOKEN},
     )
     yield base_url

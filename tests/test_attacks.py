@@ -5,7 +5,7 @@ and the session going on, or that one connection closed with a policy code;
 never a 1011, never another session hurt. The last test runs them at once
 beside a normal session, which must still answer a spoken question about as
 fast as before them (all but the slow reader, whose sessions would fill the
-server's eight slots, and the long text answer: see there).
+server's eight slots, and the text turns: see there).
 """
 
 from __future__ import annotations
@@ -171,7 +171,7 @@ BAD_TEXT = [
 ]
 
 
-async def attack_with_bad_input(base_url: str, source: str | None = None) -> None:
+async def attack_with_bad_input(base_url: str, source: str | None = None, then_ask: bool = True) -> None:
     async with await connect(base_url, source) as ws:
         for text in BAD_TEXT:
             await ws.send(text)
@@ -183,6 +183,9 @@ async def attack_with_bad_input(base_url: str, source: str | None = None) -> Non
         assert len(errors(received)) == len(BAD_TEXT) + 1, errors(received)
         for error in errors(received):
             assert len(error["message"]) < 300 and "\n" not in error["message"], error
+        if not then_ask:
+            assert ws.close_code is None
+            return
         # The session is still there, and answers.
         await ws.send(json.dumps({"type": "text", "text": "Are you still there?"}))
         received = await messages_until(ws, is_agent_final, 60)
@@ -220,6 +223,17 @@ async def attack_log_injection(base_url: str, log_path: str, source: str | None 
 
 async def test_echoed_values_are_bounded_and_cannot_forge_log_lines(target):
     await attack_log_injection(*target)
+
+
+async def test_what_users_say_stays_out_of_the_log(target):
+    base_url, log_path = target
+    async with await connect(base_url, "127.0.0.17") as ws:
+        await ws.send(json.dumps({"type": "text", "text": "My password is pineapple."}))
+        await messages_until(ws, is_agent_final, 60)
+    await asyncio.sleep(0.5)
+    text = open(log_path).read()
+    assert "127.0.0.17" in text  # the session's lines are there
+    assert "pineapple" not in text
 
 
 async def attack_text_flood(base_url: str, source: str | None = None) -> None:
@@ -339,21 +353,21 @@ async def test_a_normal_session_answers_while_every_attack_runs(target):
         attack_without_credentials(base_url),
         # Each from its own address: one address may hold only a few sessions.
         attack_prompt_and_greeting(base_url, "127.0.0.11"),
-        attack_with_bad_input(base_url, "127.0.0.12"),
+        attack_with_bad_input(base_url, "127.0.0.12", then_ask=False),
         attack_log_injection(base_url, log_path, "127.0.0.13"),
         attack_byte_flood(base_url, "127.0.0.14"),
         attack_compression(base_url, "127.0.0.15"),
-        # Not attack_start_after_text: its long answer is ordinary LLM and TTS load, which on two shared cores
-        # slowed this session's answer from 0.9 s to 5.0 s in one run (its transcript came too late for the
-        # short end-of-turn silence): capacity, bounded by the text-turn rate and the session limits.
+        # No attack here asks the LLM anything. An answer to another session is ordinary load, which on two
+        # shared cores slowed this session's answer from 0.9 s to 5.0 s (attack_start_after_text's long
+        # answer) and from 1.2 to 3.7 s (a short one) in two runs: capacity, bounded by the text-turn rate
+        # and the session limits, not an attack.
     )
     try:
         await asyncio.sleep(1.0)  # the attacks are under way
         during = await bystander.ask()
         await attacks
         assert not bystander.client.json("error") and bystander.client.ws.close_code is None
-        # One attack ends with a text turn the LLM answers, as any client's would be, on a CPU shared with
-        # other work: a bound against a stalled or starved session, not a benchmark.
+        # On a CPU shared with other work: a bound against a stalled or starved session, not a benchmark.
         v2v = before["voice_to_voice_ms"], during["voice_to_voice_ms"]
         print(f"bystander voice-to-voice: {v2v[0]:.0f} ms before the attacks, {v2v[1]:.0f} ms during them")
         assert v2v[1] < max(3 * v2v[0], v2v[0] + 2000), (before, during)

@@ -26,7 +26,8 @@ from .config import Settings
 from .engines import Engines
 from .limits import ClientLimits, Deadlines, Slot
 from .metrics import ServerMetrics
-from .protocols.events import AudioReceived, Error, InputEvent, OutputEvent, TextReceived
+from .printable import printable
+from .protocols.events import AudioReceived, Error, InputEvent, OutputEvent, TextReceived, Transcript
 from .session import Session
 
 log = logging.getLogger(__name__)
@@ -84,6 +85,8 @@ async def run_session(
 
     def emit(event: OutputEvent) -> None:
         metrics.observe(event)
+        if isinstance(event, Transcript) and event.final:
+            log.log(logs.words_level(), "session %s: %s: %s", session_id, event.role, printable(event.text, 1000))
         message = codec.send(event)
         if message is None:
             return
@@ -139,18 +142,18 @@ async def run_session(
     except Closing as closing:
         log.info("session %s: closing (%d, %s)", session_id, closing.code, closing.reason)
         await _flush(outbox, writer)
-        await _close(websocket, closing.code, closing.reason)
+        await close_within(websocket, closing.code, closing.reason)
     except ClientTooSlow:
         log.warning("session %s: client is not reading; closing", session_id)
         metrics.errors.labels("client_too_slow").inc()
-        await _close(websocket, CloseCode.POLICY_VIOLATION, "client too slow")
+        await close_within(websocket, CloseCode.POLICY_VIOLATION, "client too slow")
     except (WebSocketDisconnect, OSError) as exc:
         log.info("session %s: connection lost: %s", session_id, exc)
     except Exception:
         # A bug in this one session: end it cleanly, never the server or other sessions.
         log.exception("session %s: internal error; closing", session_id)
         metrics.errors.labels("internal_error").inc()
-        await _close(websocket, CloseCode.INTERNAL_ERROR, "internal error")
+        await close_within(websocket, CloseCode.INTERNAL_ERROR, "internal error")
     finally:
         tasks = [writer, overflow_watch, close_watch] + ([receive] if receive is not None else [])
         for task in tasks:
@@ -203,7 +206,7 @@ async def _flush(outbox: asyncio.Queue, writer: asyncio.Task) -> None:
         pass
 
 
-async def _close(websocket: WebSocket, code: CloseCode, reason: str) -> None:
+async def close_within(websocket: WebSocket, code: CloseCode, reason: str) -> None:
     """Send the close frame if there is room for it within :data:`CLOSE_S`; the caller frees the slot either way."""
     try:
         await asyncio.wait_for(websocket.close(code, reason), CLOSE_S)

@@ -150,13 +150,19 @@ class JsonFormatter(logging.Formatter):
         }
         if record.exc_info:
             line["exception"] = self._redact(self.formatException(record.exc_info))
-        return json.dumps(line, ensure_ascii=False)
+        # json escapes every control character but the Unicode line separators, which some readers split on.
+        return json.dumps(line, ensure_ascii=False).replace("\u2028", "\\u2028").replace("\u2029", "\\u2029")
+
+
+def configure_words(transcripts: bool) -> None:
+    """Log users' words at INFO (``transcripts``) or at DEBUG."""
+    global _words_level
+    _words_level = logging.INFO if transcripts else logging.DEBUG
 
 
 def configure(level: str, fmt: str = "text", secrets: Iterable[str] = (), transcripts: bool = False) -> None:
     """Send every logger's records (uvicorn's too: run it with ``log_config=None``) to stderr."""
-    global _words_level
-    _words_level = logging.INFO if transcripts else logging.DEBUG
+    configure_words(transcripts)
     redact = Redactor(secrets)
     handler = logging.StreamHandler(sys.stderr)
     handler.addFilter(SessionFilter())

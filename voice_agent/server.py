@@ -36,7 +36,7 @@ from . import log as logs
 from .access import UNAUTHORIZED, AccessPolicy
 from .close_codes import CloseCode
 from .config import Settings
-from .connection import Codec, run_session
+from .connection import Codec, close_within, run_session
 from .engines import Engines, load_engines
 from .limits import Refused, SessionRegistry
 from .metrics import CONTENT_TYPE, ServerMetrics
@@ -139,7 +139,7 @@ def create_app(settings: Settings, engines: Engines | None = None) -> Starlette:
         except Refused as refused:
             runtime.metrics.refused.labels(refused.kind).inc()
             log.warning("refused a session from %s: %s", websocket.client, refused)
-            await websocket.close(CloseCode.TRY_AGAIN_LATER, str(refused))
+            await close_within(websocket, CloseCode.TRY_AGAIN_LATER, str(refused))
             return
         with slot:
             await run_session(websocket, codec, engines, settings, slot, runtime.metrics)

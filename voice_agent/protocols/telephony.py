@@ -265,12 +265,8 @@ class MediaStreamsProtocol:
             return self._message("mark", mark={"name": event.name})
         if isinstance(event, Clear):
             return self._message("clear")
-        if isinstance(event, Transcript):
-            if event.final:
-                log.debug("%s stream %s: %s: %s", self.dialect.name, self.stream_id, event.role, event.text)
-            return None
-        if isinstance(event, (Metrics, Error)):
-            return None  # no such message on a phone line; the session logs both
+        if isinstance(event, (Transcript, Metrics, Error)):
+            return None  # no such message on a phone line; the connection and the session log them
         raise TypeError(f"not an output event: {event!r}")
 
     def _message(self, event: str, **fields: Any) -> str:

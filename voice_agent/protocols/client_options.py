@@ -9,6 +9,7 @@ even then. Shared by every codec that carries such options (the native
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -18,6 +19,11 @@ MAX_SYSTEM_PROMPT_CHARS = 4000
 MAX_GREETING_CHARS = 500
 
 PROMPT_OPTIONS = {"system_prompt": MAX_SYSTEM_PROMPT_CHARS, "greeting": MAX_GREETING_CHARS}
+
+# Chat templates mark turns with special tokens written like this (ChatML's <|im_start|>, Llama 3's
+# <|start_header_id|>), and llama-cpp-python tokenizes the rendered prompt with special tokens on: a user
+# who types one could open a system turn of their own.
+_CHAT_MARKUP = re.compile(r"<\|[^<>|\s]{1,40}\|>")
 
 
 def screen_prompt_options(offered: Mapping[str, Any], allowed: bool) -> tuple[dict[str, str], list[ProtocolError]]:
@@ -37,3 +43,10 @@ def screen_prompt_options(offered: Mapping[str, Any], allowed: bool) -> tuple[di
         else:
             options[name] = value
     return options, errors
+
+
+def chat_markup_error(text: str) -> ProtocolError | None:
+    """An error if ``text``, bound for the LLM as the user's words, holds chat-template markup."""
+    if _CHAT_MARKUP.search(text):
+        return ProtocolError("invalid_text", "text holds chat-template markup such as <|im_start|>; ignored")
+    return None

@@ -1,3 +1,4 @@
+import asyncio
 import json
 
 import numpy as np
@@ -234,4 +235,17 @@ async def test_a_fuzzed_session_still_answers_a_turn_afterwards(messages):
     for event in codec.receive_text('{"type": "text", "text": "Are you there?"}'):
         h.session.handle(event)
     await h.until(lambda: "Still here." in h.finals("agent"), timeout=5)
+    await h.session.close()
+
+
+async def test_the_session_takes_one_start_so_a_second_greeting_never_speaks():
+    """Codecs refuse a late start; the session refuses one too, whatever codec let it through."""
+    h = Harness(answer="Sure.")
+    h.session.handle(SessionStarted(16000, {"greeting": "Hello there."}))
+    h.session.handle(SessionStarted(8000, {"greeting": "Hello again."}))
+    await h.until(lambda: h.finals("agent"))
+    await asyncio.sleep(0.3)
+    assert h.finals("agent") == ["Hello there."]
+    assert [e.code for e in h.of(Error)] == ["start_after_input"]
+    assert h.session.sample_rate == 16000
     await h.session.close()

@@ -13,7 +13,7 @@ clients send no ``Origin`` and are left to the token.
 from __future__ import annotations
 
 import hmac
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from urllib.parse import urlsplit
 
 UNAUTHORIZED = "unauthorized"
@@ -22,9 +22,9 @@ ANY_ORIGIN = "*"
 
 
 class AccessPolicy:
-    def __init__(self, token: str = "", allowed_origins: str = ""):
+    def __init__(self, token: str = "", allowed_origins: Iterable[str] = ()):
         self._token = token.encode()
-        origins = {_normal(o) for o in allowed_origins.split(",") if o.strip()}
+        origins = {_normal(o) for o in allowed_origins if o.strip()}
         self._any_origin = ANY_ORIGIN in origins
         self._origins = origins - {ANY_ORIGIN}
 

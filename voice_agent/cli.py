@@ -81,8 +81,7 @@ def serve_command(settings: Settings) -> int:
         return 2
     # Whisper, llama.cpp and Piper share a few cores. OpenMP's default spin-wait
     # burns a core while one engine waits for the next parallel region, starving
-    # the others: with it passive, llama.cpp evaluated a 45-token prompt in 264 ms
-    # instead of 505 ms beside another busy server (2026-11-22, 2 cores). Read when
+    # the others (measured in docs/architecture.md, "Concurrency"). Read when
     # the libraries load, so set before any engine is imported; an explicit setting wins.
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     cap_malloc_arenas()
@@ -96,7 +95,7 @@ def serve_command(settings: Settings) -> int:
         settings.log_level,
         settings.log_format,
         secrets=(settings.auth_token, settings.telephony_token, settings.twilio_auth_token),
-        transcripts=bool(settings.log_transcripts),
+        transcripts=settings.log_transcripts,
     )
     app = create_app(settings)
     config = uvicorn.Config(

@@ -149,7 +149,7 @@ def create_app(settings: Settings, engines: Engines | None = None) -> Starlette:
         if not await allowed(websocket, check_token=True):
             return
         await websocket.accept()
-        await serve(websocket, NativeProtocol(allow_client_prompt=bool(settings.allow_client_prompt)))
+        await serve(websocket, NativeProtocol(allow_client_prompt=settings.allow_client_prompt))
 
     async def telephony(websocket: WebSocket, dialect: Dialect) -> None:
         logs.start_session()
@@ -169,7 +169,7 @@ def create_app(settings: Settings, engines: Engines | None = None) -> Starlette:
             dialect,
             dtmf_template=settings.telephony_dtmf_template,
             greeting=settings.telephony_greeting,
-            allow_client_prompt=bool(settings.allow_client_prompt),
+            allow_client_prompt=settings.allow_client_prompt,
         )
         await serve(websocket, codec)
 

@@ -37,7 +37,6 @@ def phone_server():
         "--public-host",
         PUBLIC_HOST,
         "--allow-client-prompt",  # the greeting test sets the call's greeting
-        "1",
         env={"VOICE_AGENT_TWILIO_AUTH_TOKEN": AUTH_TOKEN},
     )
     yield base_url

@@ -17,7 +17,7 @@ value a client sent cannot forge a line or drive the terminal.
 
 What users say is theirs: lines that carry their words log at
 :func:`words_level`, DEBUG unless the operator asked for transcripts
-(``--log-transcripts 1``). See ``docs/operations.md`` for what is logged.
+(``--log-transcripts``). See ``docs/operations.md`` for what is logged.
 """
 
 from __future__ import annotations
@@ -64,7 +64,7 @@ def start_session() -> str:
 
 
 def words_level() -> int:
-    """The level for a line that carries what a user said: DEBUG, or INFO with ``--log-transcripts 1``."""
+    """The level for a line that carries what a user said: DEBUG, or INFO with ``--log-transcripts``."""
     return _words_level
 
 

@@ -97,7 +97,7 @@ class Runtime:
         if not self.telephony_webhook_open:
             log.warning("POST /twilio/voice is closed: set --twilio-auth-token so that only Twilio gets the stream URL")
         if self.access.has_token and not self.settings.public_metrics:
-            log.info("/metrics asks for the auth token (--public-metrics 1 opens it)")
+            log.info("/metrics asks for the auth token (--public-metrics opens it)")
 
 
 def create_app(settings: Settings, engines: Engines | None = None) -> Starlette:

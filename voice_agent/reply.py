@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .audio import StreamResampler
-from .chunker import SentenceChunker, words
+from .chunker import SentenceChunker, word_tokens
 from .llm.base import LLMBackend, Message
 from .pacing import PlaybackClock
 from .protocols.events import AgentAudio, Mark, OutputEvent, Transcript
@@ -139,7 +139,7 @@ class Reply:
         answer ends at its first repeated chunk instead of talking for a minute
         and filling the history, and so every later prompt, with the loop.
         """
-        key = " ".join(words(text.lower()))
+        key = " ".join(word_tokens(text.lower()))
         if key in said:
             return False
         said.add(key)

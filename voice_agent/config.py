@@ -162,6 +162,20 @@ class Settings:
     system_prompt: str = _opt(DEFAULT_SYSTEM_PROMPT, "System prompt for every session.", "llm")
     llm_max_tokens: int = _opt(120, "Maximum tokens in one answer.", "llm")
     llm_temperature: float = _opt(0.3, "Sampling temperature.", "llm")
+    # Chosen with voice-agent bench answers (docs/answers.md), for the embedded SmolLM2.
+    llm_repeat_penalty: float = _opt(
+        1.0,
+        "Penalty on tokens the answer already used (llama.cpp repeat_penalty, over the last 64 tokens; "
+        "vLLM repetition_penalty); 1 is off. Sent to an OpenAI-compatible endpoint only when not 1.",
+        "llm",
+    )
+    llm_frequency_penalty: float = _opt(0.0, "Penalty growing with each use of a token; 0 is off.", "llm")
+    llm_presence_penalty: float = _opt(0.0, "Penalty on any token already used; 0 is off.", "llm")
+    answer_max_sentences: int = _opt(
+        2,
+        "The answer ends after this many sentences, whatever the model writes on; 0 means no limit.",
+        "llm",
+    )
     # Prompts are evaluated in batches, which spread over cores (54 tokens: 3.6 ms
     # a token with 2 threads, 7.0 with 1); generating is one token at a time, and
     # llama.cpp's second thread meets the first at an OpenMP barrier after every

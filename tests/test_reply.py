@@ -95,7 +95,7 @@ async def test_an_answer_ends_at_its_first_repeated_sentence():
         RecordingLLM("I'm not. Sorry about that. I'm not. I'm not. I'm not. I'm not.", log), SlowTTS(log, seconds=0.01)
     )
     await asyncio.wait_for(reply.run(), 5)
-    assert reply.text == "I'm not. Sorry about that."
+    assert reply.text == "I'm not. Sorry about that." and reply.cut_by == "repeated_chunk"
     assert "token not." in log and log.count("token I'm") == 2  # generation stopped at the repeat
 
 
@@ -105,7 +105,7 @@ async def test_the_answer_stops_at_the_sentence_limit():
         RecordingLLM("One more. Two more. Three more. Four more.", log), SlowTTS(log, 0.01), max_sentences=2
     )
     await asyncio.wait_for(reply.run(), 5)
-    assert reply.text == "One more. Two more."
+    assert reply.text == "One more. Two more." and reply.cut_by == "sentence_limit"
     assert "token Three" not in log  # generation stopped at the limit
 
 
@@ -114,7 +114,7 @@ async def test_a_word_loop_inside_a_sentence_ends_the_answer_at_the_last_clean_s
     answer = "Sure. You can take the bus to double double double double double double double."
     reply = make_reply(RecordingLLM(answer, log), SlowTTS(log, 0.01))
     await asyncio.wait_for(reply.run(), 5)
-    assert reply.text == "Sure."
+    assert reply.text == "Sure." and reply.cut_by == "loop"
     assert log.count("token double") == 3  # stopped at the third in a row
 
 

@@ -104,6 +104,8 @@ class Reply:
         self.playback = PlaybackClock(lead_s, clock)
         self.timings = ReplyTimings()
         self.chunks: list[SpokenChunk] = []
+        # Why the answer ended before the LLM stream did: "loop", "repeated_chunk" or "sentence_limit".
+        self.cut_by: str | None = None
         self._sent_s = 0.0
         self._marked: tuple[float, float] | None = None  # (audio offset, when the client confirmed it)
         # Frames flow only while this is set. A held reply generates and synthesizes
@@ -141,10 +143,13 @@ class Reply:
                 if self.timings.llm_ttft_ms is None:
                     self.timings.llm_ttft_ms = self._ms_since(self.timings.request_at)
                 if self._loop_guard.push(delta):
-                    break  # the unfinished text holds the loop: it is dropped
+                    self.cut_by = "loop"  # the unfinished text holds the loop: it is dropped
+                    break
                 if not all(self._put_chunk(chunks, chunk, said) for chunk in self._chunker.push(delta)):
+                    self.cut_by = "repeated_chunk"
                     break
                 if self._chunker.done:
+                    self.cut_by = "sentence_limit"
                     break
                 if self.timings.first_chunk_ms is not None:
                     await self._first_chunk_synthesized.wait()

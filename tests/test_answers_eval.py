@@ -9,6 +9,7 @@ import sys
 import pytest
 
 from voice_agent.bench.answers import echoes, load_questions, measure, sentence_count, summarize
+from voice_agent.reply import NOTHING_TO_SAY
 
 SUMMARY_KEYS = {
     "answers",
@@ -54,7 +55,6 @@ def test_the_eval_on_five_questions_meets_the_bar(tmp_path):
         "long_share": True,
         "no_unspeakable": True,
         "echo_share": True,
-        "no_empty": True,
     }, json.dumps(result["answers"], indent=1)
     assert "| defaults |" in (tmp_path / "answers.md").read_text()
     assert completed.returncode == 0
@@ -77,4 +77,5 @@ def test_the_measures_see_loops_lists_echoes_and_empty_answers():
     assert sentence_count("One. Two! Three? four") == 4
     summary = summarize([looping, listed, measure("Hi there, who are you?", "", "", None, None, None)])
     assert summary["looping_answers"] == 1 and summary["empty"] == 1 and not summary["passes"]
+    assert measure("Table?", "| |", NOTHING_TO_SAY, 1.0, None, 1.0)["empty"]
     assert summary["bar"]["no_loops"] is False and summary["bar"]["no_unspeakable"] is False

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from voice_agent.protocols.events import AgentAudio, Transcript
-from voice_agent.reply import Reply
+from voice_agent.reply import NOTHING_TO_SAY, Reply
 
 RATE = 16000
 
@@ -197,3 +197,11 @@ async def test_a_long_answer_is_synthesized_just_ahead_of_playback():
         assert synthesized_s - sent_s <= ahead_s + chunk_s + 0.04 + 0.001
     # And it does run ahead: the next chunk is synthesized before the one before it has been sent.
     assert max(index * chunk_s - sent_s for index, sent_s in enumerate(started)) >= chunk_s
+
+
+@pytest.mark.parametrize("answer", ["| | | |\n|---|---|", "double double double double and more.", ""])
+async def test_an_answer_with_nothing_speakable_says_so_instead_of_staying_silent(answer):
+    log: list[str] = []
+    reply = make_reply(RecordingLLM(answer, log), SlowTTS(log, 0.01))
+    await asyncio.wait_for(reply.run(), 5)
+    assert reply.text == NOTHING_TO_SAY and reply.said_nothing

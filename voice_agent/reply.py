@@ -40,6 +40,9 @@ from .speakable import speakable
 from .tts import PiperTTS
 
 FRAME_MS = 20
+# Said when the model wrote nothing a voice can say (a markdown table, a loop
+# from its first word): the user asked, and silence would sound like a fault.
+NOTHING_TO_SAY = "Sorry, I don't have a good answer to that."
 # Piper writes a sentence in a few hundred milliseconds on a loaded CPU: three
 # seconds of audio ahead leave it ample time to have the next one ready.
 AUDIO_AHEAD_S = 3.0
@@ -106,6 +109,7 @@ class Reply:
         self.chunks: list[SpokenChunk] = []
         # Why the answer ended before the LLM stream did: "loop", "repeated_chunk" or "sentence_limit".
         self.cut_by: str | None = None
+        self.said_nothing = False  # the model gave nothing speakable: NOTHING_TO_SAY was said instead
         self._sent_s = 0.0
         self._marked: tuple[float, float] | None = None  # (audio offset, when the client confirmed it)
         # Frames flow only while this is set. A held reply generates and synthesizes
@@ -156,6 +160,9 @@ class Reply:
             else:
                 for chunk in self._chunker.flush():
                     self._put_chunk(chunks, chunk, said)
+        if self.timings.first_chunk_ms is None:
+            self.said_nothing = True
+            self._put_chunk(chunks, NOTHING_TO_SAY, said)
         chunks.put_nowait(None)
 
     def _put_chunk(self, chunks: asyncio.Queue, text: str, said: set[str]) -> bool:

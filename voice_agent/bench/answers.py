@@ -9,7 +9,8 @@ would only add CPU time); the pacer still runs. Per setting the report gives:
 - loops: the longest run of one word and the share of repeated word trigrams;
 - length in words and sentences;
 - unspeakable characters reaching TTS (and, for comparison, in the raw LLM text);
-- answers that echo the user's words, and empty answers;
+- answers that echo the user's words, and empty ones (nothing speakable: the
+  reply says ``NOTHING_TO_SAY`` instead of staying silent);
 - the first-chunk latency (from the request to the first chunk handed to TTS).
 
 ``--grid`` runs the candidate settings the defaults were chosen from
@@ -39,7 +40,7 @@ import numpy as np
 from ..config import DEFAULT_SYSTEM_PROMPT, SPOKEN_ANSWER_RULES, Settings
 from ..llm.base import Message
 from ..repetition import longest_word_run, repeated_trigram_share, spoken_words
-from ..reply import Reply
+from ..reply import NOTHING_TO_SAY, Reply
 from ..speakable import speakable, unspeakable
 
 QUESTIONS_FILE = "answers_questions.json"
@@ -214,7 +215,7 @@ def measure(
         "unspeakable_raw": len(unspeakable(raw)),
         "echo": echoes(question, spoken),
         "copies_prompt": copies_prompt(system_prompt, spoken),
-        "empty": not words,
+        "empty": not words or spoken == NOTHING_TO_SAY,
         "first_chunk_ms": None if first_chunk_ms is None else round(first_chunk_ms, 1),
         "llm_ttft_ms": None if llm_ttft_ms is None else round(llm_ttft_ms, 1),
         "cut_by": cut_by,
@@ -252,7 +253,6 @@ def summarize(answers: list[dict]) -> dict:
         "long_share": summary["long_share"] <= MAX_LONG_SHARE,
         "no_unspeakable": summary["unspeakable_tts"] == 0,
         "echo_share": summary["echo_share"] <= MAX_ECHO_SHARE,
-        "no_empty": summary["empty"] == 0,
     }
     summary["passes"] = all(summary["bar"].values())
     return summary

@@ -32,6 +32,18 @@ from voice_agent.speakable import speakable, unspeakable
         ("Have a great day! 😀👍", "Have a great day!"),
         ("Thanks 🙏🏽 see you ❤️", "Thanks see you"),
         ("Go left → then right", "Go left to then right"),
+        # Code: a line of it is dropped, words about it are not.
+        ("def sort_list(lst):", ""),
+        ("    return sorted(lst)", ""),
+        ("import os", ""),
+        ("from math import pi", ""),
+        ("print('hello')", ""),
+        ("result = sorted(items)", ""),
+        ("const x = 5;", ""),
+        ("Here's a Python function that sorts a list:", "Here's a Python function that sorts a list:"),
+        ("Return it to the shop, and import nothing.", "Return it to the shop, and import nothing."),
+        ("Class starts at nine.", "Class starts at nine."),
+        ("return it tomorrow.", "return it tomorrow."),  # a chunk after "I'll take it,"
         # URLs and e-mail addresses.
         ("Book at https://www.example.com/book?x=1.", "Book at example.com."),
         ("Visit www.luigis.it today", "Visit luigis.it today"),

@@ -178,7 +178,9 @@ class Settings:
         "vLLM repetition_penalty); 1 is off. Sent to an OpenAI-compatible endpoint only when not 1.",
         "llm",
     )
-    llm_frequency_penalty: float = _opt(0.0, "Penalty growing with each use of a token; 0 is off.", "llm")
+    # 0.5 cut the loops the guard had to stop from 6 to 2 in 50 answers, and kept
+    # them shortest; unlike the repeat penalty, every OpenAI-compatible API takes it.
+    llm_frequency_penalty: float = _opt(0.5, "Penalty growing with each use of a token; 0 is off.", "llm")
     llm_presence_penalty: float = _opt(0.0, "Penalty on any token already used; 0 is off.", "llm")
     answer_max_sentences: int = _opt(
         2,

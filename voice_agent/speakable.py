@@ -10,6 +10,7 @@ a URL "h t t p s colon slash slash ...". So before TTS:
 - arithmetic and symbols become words: "3 hours * 60" is "3 hours times 60",
   "50°F" "50 degrees Fahrenheit", "$5" "5 dollars", "9-5" "9 to 5",
   "Mon-Fri" "Monday to Friday", "~5" "about 5", "#2" "number 2";
+- a line of code is dropped ("def sort_list(lst):", "x = sorted(y)");
 - a URL is said as its host ("example.com", which espeak reads "example dot
   com"); emoji and other symbols are dropped.
 
@@ -28,6 +29,12 @@ MARKUP = frozenset("*#/\\~_|<>^[]{}`")
 SPOKEN_SYMBOLS = frozenset("%&@+=")
 
 _FENCE = re.compile(r"```\w*")
+# A line of code, as a model writes it when asked for some: dropped whole. Only
+# forms English does not take, so no sentence is mistaken for one.
+_CODE_LINE = re.compile(
+    r"^\s*(?:(?:def|class)\s+\w+\s*[(:]|(?:from\s+[\w.]+\s+)?import\s+[\w.]+\s*$|return\s+\S*[(\[]|"
+    r"(?:print|console\.log)\s*\(|(?:const|let|var)\s+\w+\s*=|[a-z_]\w*(?:\.\w+)*\s*[-+*/]?=\s*\S)"
+)
 _LINK = re.compile(r"\[([^\]]*)\]\([^)]*\)")
 _URL = re.compile(r"\b(?:https?://|www\.)[^\s<>\"')\]]+", re.IGNORECASE)
 _HTML_TAG = re.compile(r"</?[a-zA-Z][^<>]*>")
@@ -92,6 +99,8 @@ def _unspeakable(char: str) -> bool:
 
 
 def speakable(text: str) -> str:
+    if _CODE_LINE.match(text):
+        return ""
     text = _FENCE.sub(" ", text)
     text = _LINK.sub(r"\1", text)
     text = _URL.sub(_host, text)

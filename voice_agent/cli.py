@@ -7,6 +7,8 @@ import ctypes
 import os
 import sys
 
+from .bench.command import add_arguments as bench_arguments
+from .bench.command import main as bench_main
 from .config import Settings, add_arguments
 from .replay.command import add_arguments as replay_arguments
 from .replay.command import main as replay_main
@@ -32,11 +34,18 @@ def main(argv: list[str] | None = None) -> int:
         "See docs/replay.md.",
     )
     replay_arguments(replay)
+    bench = commands.add_parser(
+        "bench",
+        help="run a benchmark or eval (latency, load, endpointing, barge-in) against a local server",
+    )
+    bench_arguments(bench)
     args = parser.parse_args(argv)
     if args.command == "serve":
         return serve_command(Settings.from_sources(args))
     if args.command == "replay":
         return replay_main(args)
+    if args.command == "bench":
+        return bench_main(args)
     return 2
 
 
@@ -62,8 +71,7 @@ def cap_malloc_arenas(arenas: int = 2) -> None:
 def serve_command(settings: Settings) -> int:
     # Whisper, llama.cpp and Piper share a few cores. OpenMP's default spin-wait
     # burns a core while one engine waits for the next parallel region, starving
-    # the others: with it passive, llama.cpp evaluated a 45-token prompt in 264 ms
-    # instead of 505 ms beside another busy server (2026-11-22, 2 cores). Read when
+    # the others (measured in docs/architecture.md, "Concurrency"). Read when
     # the libraries load, so set before any engine is imported; an explicit setting wins.
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     cap_malloc_arenas()

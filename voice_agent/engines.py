@@ -7,6 +7,7 @@ import time
 from dataclasses import dataclass
 
 from .config import Settings
+from .interfaces import STTBackend, TTSBackend, VADBackend
 from .llm.base import LLMBackend
 from .stt import WhisperSTT
 from .tts import PiperTTS
@@ -17,10 +18,10 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class Engines:
-    vad: SileroVAD
-    stt: WhisperSTT
+    vad: VADBackend
+    stt: STTBackend
     llm: LLMBackend
-    tts: PiperTTS
+    tts: TTSBackend
 
     async def warm_up(self) -> None:
         started = time.perf_counter()
@@ -61,7 +62,7 @@ def create_llm(settings: Settings) -> LLMBackend:
             max_model_len=settings.llm_context,
             gpu_memory_utilization=settings.llm_gpu_memory,
             tensor_parallel_size=settings.llm_tensor_parallel,
-            enforce_eager=bool(settings.llm_enforce_eager),
+            enforce_eager=settings.llm_enforce_eager,
             max_tokens=settings.llm_max_tokens,
             temperature=settings.llm_temperature,
             repeat_penalty=settings.llm_repeat_penalty,

@@ -32,12 +32,12 @@ import numpy as np
 
 from .audio import StreamResampler
 from .chunker import SentenceChunker, word_tokens
+from .interfaces import TTSBackend
 from .llm.base import LLMBackend, Message
 from .pacing import PlaybackClock
 from .protocols.events import AgentAudio, Mark, OutputEvent, Transcript
 from .repetition import LoopGuard
 from .speakable import speakable
-from .tts import PiperTTS
 
 FRAME_MS = 20
 # Said when the model wrote nothing a voice can say (a markdown table, a loop
@@ -76,7 +76,7 @@ class Reply:
         self,
         *,
         llm: LLMBackend,
-        tts: PiperTTS,
+        tts: TTSBackend,
         messages: list[Message],
         output_rate: int,
         lead_s: float,

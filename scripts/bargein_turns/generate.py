@@ -16,8 +16,7 @@ from pathlib import Path
 import numpy as np
 import soundfile
 
-from voice_agent.audio import resample
-from voice_agent.tts import PiperTTS
+from voice_agent.bench.speech import speech
 
 RATE = 16000
 HERE = Path(__file__).resolve().parent
@@ -132,11 +131,10 @@ def noises() -> dict[str, np.ndarray]:
 
 
 def main() -> None:
-    voice = PiperTTS()
     sounds: dict[str, tuple[np.ndarray, str | None]] = {}
     for group in (QUESTIONS, INTERRUPTIONS, ACKNOWLEDGEMENTS):
         for name, text in group.items():
-            sounds[name] = (resample(voice.synthesize_blocking(text) * 0.5, voice.sample_rate, RATE), text)
+            sounds[name] = (speech(text, RATE), text)
     noise_sounds = noises()
     for name, audio in noise_sounds.items():
         sounds[name] = (np.concatenate([audio, np.zeros(RATE // 10)]).astype(np.float32), None)
@@ -159,7 +157,7 @@ def main() -> None:
         expect = f"    expect: {sounds[probe][1]!r}\n" if sounds[probe][1] else ""
         entries.append(f"  - file: {probe}.flac\n    start: {PROBE_START}\n{expect}    tags: [{tag}]\n")
     header = (
-        "# The barge-in eval (scripts/bargein_eval). Audio and this file: scripts/bargein_turns/generate.py.\n"
+        "# The barge-in eval (voice-agent bench bargein). Audio and this file: scripts/bargein_turns/generate.py.\n"
         "# Each question is followed by a probe played over the agent's answer: an interruption (must\n"
         "# stop the agent), an acknowledgement or a non-speech noise (must not).\n"
         "turns:\n"

@@ -316,7 +316,7 @@ async def answer_one(llm: Any, setting: AnswerSetting, question: str, settings: 
         turn=1,
         user_text=question,
         first_chunk_min_words=settings.first_chunk_min_words,
-        phrase_breaks=bool(settings.first_chunk_phrase_breaks),
+        phrase_breaks=settings.first_chunk_phrase_breaks,
         max_sentences=setting.max_sentences,
     )
     await reply.run()
@@ -391,6 +391,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if getattr(args, "serve_args", None):
+        print(f"unknown options {args.serve_args}: this eval runs the model in process, not a server", file=sys.stderr)
+        return 2
     candidates = candidate_settings()
     if args.list:
         for name, setting in candidates.items():

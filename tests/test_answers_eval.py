@@ -23,6 +23,7 @@ SUMMARY_KEYS = {
     "unspeakable_tts",
     "unspeakable_raw",
     "echo_share",
+    "copies_prompt_share",
     "empty",
     "first_chunk_ms_median",
     "first_chunk_ms_p95",

@@ -172,3 +172,28 @@ def test_a_transfer_reaches_a_ws_client_as_json():
     codec = NativeProtocol()
     assert codec.send(CallTransferred("+15550001111")) == '{"type":"transfer","to":"+15550001111"}'
     assert codec.send(CallEnded("done")) == '{"type":"call_ended","reason":"done"}'
+
+
+def test_a_native_start_passes_its_other_string_fields_on_for_the_agent_bounded():
+    from voice_agent.protocols.events import ProtocolError
+    from voice_agent.protocols.native import NativeProtocol
+
+    events = NativeProtocol().receive_text('{"type":"start","caller_name":"Ann","vip":true,"system_prompt":"x"}')
+    assert events[-1] == SessionStarted(16000, {"custom_parameters": {"caller_name": "Ann"}})
+    assert events[0] == ProtocolError(
+        "option_not_allowed", "this server does not let clients set system_prompt; ignored"
+    )
+    many = ",".join(f'"f{i}":"v"' for i in range(40))
+    events = NativeProtocol().receive_text('{"type":"start",' + many + "}")
+    assert events[-1] == SessionStarted(16000, {}) and "at most 32" in events[0].message
+
+
+async def test_the_start_hook_sees_custom_parameters_but_not_refused_prompt_options():
+    seen: list[dict] = []
+    agent = Agent(on_session_start=lambda context: seen.append(dict(context.options)))
+    h = AgentHarness(agent, ScriptedLLM())
+    options = {"custom_parameters": {"caller_name": "Ann", "system_prompt": "refused"}, "call_id": "CA1"}
+    h.session.handle(SessionStarted(8000, options))
+    await h.agent.started()
+    assert seen[0]["caller_name"] == "Ann" and "system_prompt" not in seen[0]
+    await h.session.close()

@@ -24,6 +24,7 @@ from .engines import Engines
 from .filler_voice import FillerVoice, filler_chunks
 from .interfaces import TTSBackend
 from .llm.base import LLMBackend, Message, supports_tools
+from .protocols.client_options import PROMPT_OPTIONS
 from .protocols.events import CallEnded, CallTransferred, Error, OutputEvent
 from .session_report import SessionRecorder, SessionReport, deliver
 from .tool_loop import ToolLedger, ToolLoop
@@ -129,8 +130,10 @@ class AgentSession:
             return
         call_id = options.get("call_id") if isinstance(options.get("call_id"), str) else None
         self.recorder.call_id = call_id
+        # The call's custom parameters (the other fields of a native start) beside the screened options:
+        # a prompt or greeting among them stays there, refused, unless the start hook takes it.
         parameters = options.get("custom_parameters")
-        visible = dict(parameters) if isinstance(parameters, dict) and self.protocol != "ws" else {}
+        visible = {k: v for k, v in (parameters or {}).items() if k not in PROMPT_OPTIONS}
         visible.update(options)
         context = self.agent.context(self.session_id, self.protocol, visible, call_id)
         self.ledger = ToolLedger(context, self.settings.tool_timeout_s, self.recorder.tool_call)

@@ -13,7 +13,14 @@ from typing import Any
 
 from ..audio import PIPELINE_RATE, SUPPORTED_RATES, float_to_pcm16, pcm16_to_float
 from ..printable import printable
-from .client_options import chat_markup_error, screen_prompt_options
+from .client_options import (
+    MAX_PARAMETER_CHARS,
+    MAX_PARAMETERS,
+    PROMPT_OPTIONS,
+    chat_markup_error,
+    is_parameter_map,
+    screen_prompt_options,
+)
 from .events import (
     AgentAudio,
     AudioReceived,
@@ -94,8 +101,24 @@ class NativeProtocol:
             ]
         self._started = True
         self.sample_rate = rate
+        options: dict[str, Any]
         options, errors = screen_prompt_options(message, self.allow_client_prompt)
-        return [*errors, SessionStarted(rate, dict(options))]
+        # The other fields go to an agent's start hook, as a phone call's custom parameters do; bounded the same way.
+        parameters = {
+            k: v for k, v in message.items() if k not in ("type", "sample_rate", *PROMPT_OPTIONS) and isinstance(v, str)
+        }
+        if is_parameter_map(parameters):
+            if parameters:
+                options = {**options, "custom_parameters": parameters}
+        else:
+            errors.append(
+                ProtocolError(
+                    "invalid_message",
+                    f"start's other string fields must be at most {MAX_PARAMETERS} "
+                    f"of at most {MAX_PARAMETER_CHARS} characters; ignored",
+                )
+            )
+        return [*errors, SessionStarted(rate, options)]
 
     def _on_mark(self, message: dict[str, Any]) -> list[InputEvent]:
         name = message.get("name")

@@ -132,7 +132,7 @@ async def test_a_booking_over_ws_runs_the_tool_and_speaks_the_answer(restaurant)
         answer = await answered(client, 2)
     finally:
         await client.close()
-    assert answer.startswith("All done. Booked for Ann, 4 people, Tuesday 2026-11-24 at 19:30. Reference ")
+    assert answer.startswith("All done. Booked for Ann, 4 people, Tuesday 24 November at 19:30. Reference ")
     first, second = restaurant.chat.requests[before : before + 2]
     # The tools went into the request.
     assert {t["function"]["name"] for t in first["tools"]} == {

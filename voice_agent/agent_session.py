@@ -164,6 +164,12 @@ class AgentSession:
         self._turns[turn] = agent_turn
         return cast(LLMBackend, agent_turn)  # a reply only streams from it
 
+    def sentence_limit(self, limit: int) -> int:
+        """``--answer-max-sentences`` for an answer that may call tools: none. Its fillers are sentences too,
+        and an answer about a tool's result (a booking and its reference) is longer than a chat reply."""
+        tools = self.context.tools if self.context is not None else self.agent.tools
+        return 0 if self.tools_enabled and tools else limit
+
     def release(self, turn: int) -> None:
         """The answer to ``turn`` is the one the user hears now."""
         if (agent_turn := self._turns.get(turn)) is not None:

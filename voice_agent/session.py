@@ -335,9 +335,12 @@ class Session:
         held: bool = False,
     ) -> Reply:
         tts = self.engines.tts
+        # Fixed words (a greeting, an apology: no user text) are said whole.
+        max_sentences = self.settings.answer_max_sentences if user_text else 0
         if self.agent is not None:
             if llm is self.engines.llm:
                 llm = self.agent.llm(llm, turn, held)
+                max_sentences = self.agent.sentence_limit(max_sentences)
             tts = self.agent.tts or tts
         return Reply(
             llm=llm,
@@ -350,8 +353,7 @@ class Session:
             user_text=user_text,
             first_chunk_min_words=self.settings.first_chunk_min_words,
             phrase_breaks=self.settings.first_chunk_phrase_breaks,
-            # Fixed words (a greeting, an apology: no user text) are said whole.
-            max_sentences=self.settings.answer_max_sentences if user_text else 0,
+            max_sentences=max_sentences,
             on_first_audio=None if metrics is None else (lambda reply: self._report(reply, metrics)),
             held=held,
             clock=self._clock,

@@ -81,9 +81,10 @@ def book_table(name: str, date: str, time: str, party_size: int) -> str:
     """
     starts_at = _when(date, time)
     reference = restaurant.book(name, starts_at, party_size)
+    # Written to be read out: "Tuesday 24 November", not an ISO date.
     return (
-        f"Booked for {name}, {party_size} people, {WEEKDAYS[starts_at.weekday()]} {starts_at:%Y-%m-%d} "
-        f"at {starts_at:%H:%M}. Reference {reference}."
+        f"Booked for {name}, {party_size} people, {WEEKDAYS[starts_at.weekday()]} {starts_at.day} "
+        f"{starts_at:%B} at {starts_at:%H:%M}. Reference {reference}."
     )
 
 

@@ -12,7 +12,7 @@ import datetime
 import secrets
 import sqlite3
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
 from pathlib import Path
 
 SCHEMA = """
@@ -50,18 +50,29 @@ class BookingError(ValueError):
 class Restaurant:
     def __init__(self, path: str | Path):
         self.path = Path(path)
-        with self._db() as db:
-            db.executescript(SCHEMA)
+        with closing(sqlite3.connect(self.path, timeout=5.0)) as db:
+            db.executescript(SCHEMA)  # commits on its own
+        with self._db(write=True) as db:
             if not db.execute("SELECT 1 FROM opening_hours").fetchone():
                 db.executemany("INSERT INTO opening_hours VALUES (?, ?, ?)", HOURS)
                 db.executemany("INSERT INTO tables VALUES (?, ?)", TABLES)
 
     @contextmanager
-    def _db(self) -> Iterator[sqlite3.Connection]:
-        db = sqlite3.connect(self.path, timeout=5.0, isolation_level="IMMEDIATE")
+    def _db(self, write: bool = False) -> Iterator[sqlite3.Connection]:
+        """One transaction, committed or rolled back on an exception.
+
+        A write transaction takes SQLite's write lock at its start (BEGIN IMMEDIATE), before it
+        reads: the free tables it checks cannot be booked by another call before it books one.
+        """
+        db = sqlite3.connect(self.path, timeout=5.0, isolation_level=None)
         try:
-            with db:  # one transaction: committed, or rolled back on an exception
+            db.execute("BEGIN IMMEDIATE" if write else "BEGIN")
+            try:
                 yield db
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+            db.execute("COMMIT")
         finally:
             db.close()
 
@@ -108,7 +119,7 @@ class Restaurant:
         """Book a table; returns the booking reference."""
         if not name.strip():
             raise BookingError("A booking needs a name.")
-        with self._db() as db:  # checking and booking in one write transaction: no double booking of a table
+        with self._db(write=True) as db:  # checking and booking in one write transaction: no table booked twice
             free = self._free_tables(db, starts_at, party_size)
             if not free:
                 raise BookingError("No table is free for that party at that time.")
@@ -120,7 +131,7 @@ class Restaurant:
         return reference
 
     def cancel(self, reference: str) -> bool:
-        with self._db() as db:
+        with self._db(write=True) as db:
             cursor = db.execute(
                 "UPDATE bookings SET cancelled = 1 WHERE reference = ? AND NOT cancelled", (reference.strip().upper(),)
             )

@@ -92,7 +92,7 @@ async def test_the_tools_as_the_model_calls_them(agent, tmp_path):
     assert await call("opening_hours", date="2026-11-24") == "Open on Tuesdays from 12:00 to 22:00."
     assert await call("check_availability", date="2026-11-24", time="19:30", party_size=4) == "A table is free."
     booked = await call("book_table", name="Ann", date="2026-11-24", time="19:30", party_size=4)
-    assert booked.startswith("Booked for Ann, 4 people, Tuesday 2026-11-24 at 19:30. Reference ")
+    assert booked.startswith("Booked for Ann, 4 people, Tuesday 24 November at 19:30. Reference ")
     reference = booked.rsplit(" ", 1)[-1].rstrip(".")
     rows = sqlite3.connect(tmp_path / "restaurant.db").execute("SELECT name, party_size, starts_at FROM bookings")
     assert rows.fetchall() == [("Ann", 4, "2026-11-24T19:30:00")]

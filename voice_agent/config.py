@@ -300,19 +300,47 @@ class Settings:
         "about 50); a client over it is closed with 1008. 0 means no limit.",
         "limits",
     )
+    # 48 kHz PCM16 is 96 KB/s and a Twilio stream about 14 KB/s; the 2 s burst takes one message of the
+    # largest size the server accepts (1 MiB).
+    max_bytes_per_s: int = _opt(
+        512 * 1024,
+        "Bytes (of text messages: characters) a client may send per second, averaged with a 2 s burst; "
+        "a client over it is closed with 1008. 0 means no limit.",
+        "limits",
+    )
+    max_sessions_per_client: int = _opt(
+        4,
+        "Concurrent sessions from one client address; further connections are closed with 1013 "
+        "(reason 'too many sessions from this address'). Behind a proxy, see docs/operations.md. 0 means no limit.",
+        "limits",
+    )
 
     # Access control (see docs/operations.md)
     auth_token: str = _opt(
         "",
         "Shared secret /ws clients must present, as 'Authorization: Bearer TOKEN' or ?token=TOKEN; "
-        "others get HTTP 401. Empty lets anyone in. Prefer the environment variable: flags show in ps.",
+        "others get HTTP 401. With it set, /twilio and /telnyx take only streams carrying "
+        "--telephony-token and are closed without one, and /metrics asks for it too (see --public-metrics). "
+        "Empty lets anyone in. Prefer the environment variable: flags show in ps.",
         "access",
     )
     allowed_origins: tuple[str, ...] = _opt(
         (),
-        "Comma-separated browser origins (scheme://host[:port]) allowed to open a WebSocket; a "
-        "handshake carrying another Origin gets HTTP 403. Clients that send no Origin (not browsers) "
-        "are unaffected. Empty allows every origin.",
+        "Comma-separated browser origins (scheme://host[:port]) allowed to open a WebSocket, or * for "
+        "any; a handshake carrying another Origin gets HTTP 403. Empty allows only same-origin pages "
+        "(the Origin's host is the Host header). Clients that send no Origin (not browsers) are unaffected.",
+        "access",
+    )
+    allow_client_prompt: bool = _opt(
+        False,
+        "Let clients set the system prompt and the greeting (the native start message, Twilio and "
+        "Telnyx custom parameters), up to 4000 and 500 characters; off: they get an "
+        "option_not_allowed error and the session keeps the server's.",
+        "access",
+    )
+    public_metrics: bool = _opt(
+        False,
+        "Serve GET /metrics to anyone; off: it asks for --auth-token too, when one is set.",
         "access",
     )
 
@@ -324,6 +352,11 @@ class Settings:
         "server",
     )
     log_format: str = _opt("text", "Log line format.", "server", ("text", "json"))
+    log_transcripts: bool = _opt(
+        False,
+        "Log what users said (transcripts, typed text) at INFO; off: only at DEBUG (see docs/operations.md).",
+        "server",
+    )
 
     @classmethod
     def from_sources(cls, args: argparse.Namespace | None = None, environ: Mapping[str, str] | None = None) -> Settings:

@@ -204,14 +204,14 @@ class AgentSession:
 
     async def _carry_out(self, action: CallAction, context: CallContext) -> None:
         """End or transfer the call, now that the answer that announced it has been spoken."""
-        twilio = self.protocol == "twilio" and context.call_id
+        call_sid = context.call_id if self.protocol == "twilio" else None
         try:
-            if twilio:
+            if call_sid:
                 calls = TwilioCalls(self.settings.twilio_api_url)
                 if action.kind == "end":
-                    await calls.hang_up(context.call_id)  # type: ignore[arg-type]
+                    await calls.hang_up(call_sid)
                 else:
-                    await calls.transfer(context.call_id, action.to)  # type: ignore[arg-type]
+                    await calls.transfer(call_sid, action.to)
         except Exception as exc:
             log.exception("session %s: Twilio call control failed", self.session_id)
             self._emit(Error("call_control_failed", f"{action.kind} failed: {type(exc).__name__}"))

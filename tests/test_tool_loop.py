@@ -149,7 +149,6 @@ async def test_a_slow_tool_gets_a_filler_soon_and_another_later():
         deltas.append((time.monotonic() - started, delta))
     assert [d for _, d in deltas] == ["One moment. ", "Still working. ", "Booked."]
     assert 0.25 < deltas[0][0] < 0.45 and 0.75 < deltas[1][0] < 0.95 and deltas[2][0] > 1.0
-    assert loop.filler_at - loop.tool_call_at == pytest.approx(0.3, abs=0.1)
 
 
 async def test_a_quick_tool_gets_no_filler():

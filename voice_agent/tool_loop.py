@@ -156,8 +156,6 @@ class ToolLoop:
         self._committed = committed
         # The assistant tool-call messages and their tool results of this answer, in order.
         self.messages: list[Message] = []
-        self.tool_call_at: float | None = None  # monotonic time of the first tool call
-        self.filler_at: float | None = None  # monotonic time of the first filler
 
     async def stream_chat(self, messages: list[Message], tools: Any = None) -> AsyncGenerator[str, None]:
         await self._ledger.settled()
@@ -177,8 +175,6 @@ class ToolLoop:
                         yield item
             if not calls:
                 return
-            if self.tool_call_at is None:
-                self.tool_call_at = time.monotonic()
             if self._committed is not None and any(self._is_side_effect(c) for c in calls):
                 await self._committed.wait()
             assistant: Message = {
@@ -209,7 +205,5 @@ class ToolLoop:
             if filler is None:
                 await asyncio.wait(running)
                 return
-            if self.filler_at is None:
-                self.filler_at = time.monotonic()
             yield filler + " "  # the space lets the chunker release the sentence at once
             wait_s = self._filler_repeat_s

@@ -162,7 +162,7 @@ async def test_create_app_serves_the_agent_with_its_voice_and_warns_when_the_llm
     with caplog.at_level("WARNING"):
         await runtime.load()
     assert "cannot call tools" in caplog.text
-    assert runtime.agent_voice is not None  # the fillers were synthesized at start-up
+    assert runtime.agent_voice is None  # no fillers to synthesize for an LLM that calls no tools
 
 
 def test_a_transfer_reaches_a_ws_client_as_json():

@@ -44,9 +44,9 @@ async def prepare_agent(agent: Agent, engines: Engines, settings: Settings) -> T
             "e.g. vllm serve --enable-auto-tool-choice --tool-call-parser hermes",
             engines.llm.name,
         )
-    if not agent.fillers:
-        return None
-    chunks = filler_chunks(agent.fillers, settings.first_chunk_min_words, bool(settings.first_chunk_phrase_breaks))
+    if not agent.fillers or not supports_tools(engines.llm):
+        return None  # no tool call to fill a silence for
+    chunks = filler_chunks(agent.fillers, settings.first_chunk_min_words, settings.first_chunk_phrase_breaks)
     voice = FillerVoice(engines.tts, chunks)
     await voice.warm_up()
     return voice

@@ -193,6 +193,31 @@ async def test_barge_in_during_the_booking_books_once_and_the_filler_comes_in_ti
     assert tool_messages and tool_messages[0]["content"].startswith("Booked for Ann")
 
 
+async def test_a_spoken_barge_in_during_the_booking_books_once(slow_restaurant):
+    stack = slow_restaurant
+    with sqlite3.connect(stack.db) as connection:
+        connection.execute("DELETE FROM bookings")
+    client = await NativeClient.connect(stack.ws_url)
+    try:
+        await greeted(client)
+        before = len(stack.chat.requests)
+        await say(client, "Book a table for four on Tuesday at half past seven for Ann.")
+        while len(stack.chat.requests) == before:
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.5)  # the filler is playing, the booking is running: talk over it
+        await client.stream(np.concatenate([speech("Hello? Did it work?"), silence(1.0)]))
+        assert await client.wait_for(lambda m: m.get("type") == "clear", 10)
+        trailing = asyncio.create_task(client.stream(silence(6.0)))
+        answer = await answered(client, 3, timeout=60)
+        await trailing
+    finally:
+        await client.close()
+    user = [m["text"] for m in client.json("transcript") if m["role"] == "user" and m["final"]]
+    assert "work" in user[-1].lower(), user
+    assert "Booked for Ann" in answer and "Reference" in answer
+    assert len(bookings(stack.db)) == 1  # exactly once
+
+
 async def test_a_two_second_tool_leaves_no_silence_over_one_and_a_half_seconds(slow_restaurant):
     stack = slow_restaurant
     with sqlite3.connect(stack.db) as connection:

@@ -136,8 +136,8 @@ def best_cut(
     found = [c for c in candidates(audio, rate, around_s) if c >= after + MIN_WORD_S * rate]
     if not found:
         raise AlignmentError(f"no dip in the level near {around_s:.2f} s")
-    before, after = text_words[:count], text_words[count:]
-    return max(found, key=lambda c: likeness(before, transcribe(audio[:c])) + likeness(after, transcribe(audio[c:])))
+    head, tail = text_words[:count], text_words[count:]
+    return max(found, key=lambda c: likeness(head, transcribe(audio[:c])) + likeness(tail, transcribe(audio[c:])))
 
 
 def insert_pauses(audio: np.ndarray, rate: int, cuts: Sequence[tuple[int, float]]) -> np.ndarray:

@@ -20,10 +20,9 @@ import soundfile
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from generate import RATE, TURNS  # noqa: E402  (the turns, and their tags)
 
-from voice_agent.audio import resample  # noqa: E402
+from voice_agent.bench.speech import rendition  # noqa: E402
 from voice_agent.replay.word_cuts import Word, best_cut, boundary_time, insert_pauses, likeness  # noqa: E402
 from voice_agent.stt import WhisperSTT, default_model_path  # noqa: E402
-from voice_agent.tts import PiperTTS  # noqa: E402
 
 OUT = Path(__file__).resolve().parent / "words"
 
@@ -35,7 +34,6 @@ LIKE_ENOUGH = 0.5  # each piece between pauses must transcribe at least this lik
 def main() -> None:
     from faster_whisper import WhisperModel
 
-    voice = PiperTTS()
     whisper = WhisperModel(default_model_path(), device="cpu", compute_type="int8", cpu_threads=2)
     stt = WhisperSTT()  # the pipeline's own transcription, to judge the cuts
     OUT.mkdir(exist_ok=True)
@@ -54,7 +52,7 @@ def main() -> None:
         text_words = [word for piece in pieces for word in piece]
         counts = [sum(len(piece) for piece in pieces[: i + 1]) for i in range(len(seconds))]
         for attempt in range(1, ATTEMPTS + 1):
-            audio = resample(voice.synthesize_blocking(" ".join(text_words)) * 0.5, voice.sample_rate, RATE)
+            audio = rendition(" ".join(text_words), RATE)
             segments, _ = whisper.transcribe(audio, language="en", beam_size=1, word_timestamps=True, vad_filter=False)
             heard = [Word(w.word.strip(), w.start, w.end) for segment in segments for w in segment.words or []]
             cuts: list[int] = []

@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from .measure import AudioIn, Received, distribution, is_final_transcript
+from .measure import AudioIn, MessageIn, Received, distribution, is_final_transcript
 
 
 @dataclass(frozen=True)
@@ -41,7 +41,7 @@ def cut_off(received: Sequence[Received], speech_start_at: float, speech_end_at:
             continue
         if isinstance(item, AudioIn) and item.voiced:
             return CutOff("spoke", item.at)
-        if is_final_transcript(item, "user"):
+        if isinstance(item, MessageIn) and is_final_transcript(item, "user"):
             return CutOff("committed", item.at, str(item.fields.get("text", "")))
     return None
 

@@ -14,22 +14,26 @@ def user_final(at: float) -> MessageIn:
     return MessageIn(at, "transcript", {"role": "user", "text": "hello", "final": True})
 
 
+def test_user_windows_wait_longer_after_speech_over_the_agent():
+    assert user_windows([(1.0, 2.0, False), (5.0, 6.0, True)]) == [(1.0, 2.5), (5.0, 8.0)]
+
+
 def test_only_what_happens_outside_the_users_windows_counts_as_echo():
-    windows = user_windows([(0.0, 1.0), (10.0, 10.5)], settle_s=2.0)  # (0, 3) and (10, 12.5)
+    windows = [(0.0, 1.5), (10.0, 12.5)]  # a question, and a barge-in probe with its time to react
     received = [
-        user_final(1.5),  # the user's own turn
-        *frames(2.0, 40),  # an answer playing 2.0 to 2.8 s
-        *frames(3.3, 50),  # ...silent 500 ms at 2.8 (inside the window: not counted), on to 4.3
-        *frames(4.5, 50),  # ...silent 200 ms at 4.3, outside: an echo pause
-        MessageIn(6.0, "clear"),  # the agent gave up its answer for nobody
-        user_final(6.5),  # and answered its own echo
-        *frames(7.0, 50),
-        MessageIn(10.8, "clear"),  # the user's barge-in
+        user_final(1.2),  # the question's transcript
+        *frames(1.4, 20),  # the answer, 1.4 to 1.8 s: falls silent at 1.8, outside the windows...
+        MessageIn(2.1, "clear"),  # ...and gives up once it has checked the words it heard: its own
+        user_final(2.2),  # it answers its own echo
+        *frames(3.0, 50),  # 3.0 to 4.0, silent 200 ms, on from 4.2 to 5.2: an echo pause
+        *frames(4.2, 50),
+        *frames(10.0, 10),  # an answer the probe at 10.0 s interrupts: cleared inside its window
+        MessageIn(10.3, "clear"),
     ]
     stops = echo_stops(received, windows)
-    assert stops == {"clears": [6.0], "pauses": [pytest.approx(4.3)], "turns": [6.5]}
+    assert stops == {"clears": [pytest.approx(1.8)], "pauses": [pytest.approx(4.0)], "turns": [2.2]}
 
 
-def test_a_glitch_or_a_gap_with_a_new_turn_in_it_is_no_pause():
+def test_a_glitch_an_answers_end_or_a_gap_with_a_new_turn_in_it_is_no_stop():
     received = [*frames(0.0, 10), *frames(0.23, 10), user_final(1.0), *frames(2.0, 5)]
-    assert echo_stops(received, [])["pauses"] == []  # 30 ms glitch; the gap before 2.0 holds a user turn
+    assert echo_stops(received, [(0.9, 1.1)]) == {"clears": [], "pauses": [], "turns": []}

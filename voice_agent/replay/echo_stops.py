@@ -3,17 +3,20 @@
 Pure functions over what a replay client received (``measure``'s instants).
 With the echo rig on (``echo.py``), the only sound in the microphone outside
 the user's own turns is the agent's echo; whatever the agent does about
-speech there, it does about itself:
+speech there, it does about itself. Each stop is timed when the user would
+hear it: when the agent's voice fell silent.
 
-- ``clears``: it gave up its answer (``clear``);
-- ``pauses``: its voice fell silent for ``MIN_PAUSE_S`` or more in the middle
-  of an answer and came back (the session pauses while it checks overlapping
-  words). A chunk that comes late looks the same, so compare with a run
-  without echo;
+- ``clears``: it fell silent and gave up its answer (``clear``, which may
+  come up to ``CLEAR_AFTER_SILENCE_S`` later, once the words were checked);
+- ``pauses``: its voice fell silent for ``MIN_PAUSE_S`` or more, and came
+  back within ``CLEAR_AFTER_SILENCE_S`` with no user turn in between (the
+  session pauses while it checks overlapping words). A chunk that comes late
+  looks the same, so compare with a run without echo;
 - ``turns``: it took its echo for a user turn (a final user transcript).
 
-The user's windows run from the start of each turn's speech to ``SETTLE_S``
-after its end (``bargein.SETTLE_S``: time to react to it).
+The user's windows run from the start of each turn's speech to a little
+after its end: ``bargein.SETTLE_S`` for a turn spoken over the agent (time to
+react to it), ``REACTION_S`` for one spoken after the agent finished.
 """
 
 from __future__ import annotations
@@ -21,35 +24,58 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from .bargein import SETTLE_S
-from .measure import GLITCH_S, MessageIn, Received, bridged, is_final_transcript, playback_intervals
+from .measure import (
+    CLEAR_AFTER_SILENCE_S,
+    GLITCH_S,
+    MessageIn,
+    Received,
+    bridged,
+    is_final_transcript,
+    playback_intervals,
+)
 
 MIN_PAUSE_S = 0.1
+# After a turn spoken while the agent was quiet: the session may still be
+# checking its last words when its answer starts.
+REACTION_S = 0.5
 
 
-def user_windows(speech: Sequence[tuple[float, float]], settle_s: float = SETTLE_S) -> list[tuple[float, float]]:
-    """(start, end) of each turn's speech, widened to ``settle_s`` after its end."""
-    return [(start, end + settle_s) for start, end in speech]
+def user_windows(turns: Sequence[tuple[float, float, bool]]) -> list[tuple[float, float]]:
+    """(start, end) of each turn's speech (start, end, spoken over the agent), widened after its end."""
+    return [(start, end + (SETTLE_S if over_agent else REACTION_S)) for start, end, over_agent in turns]
 
 
 def echo_stops(received: Sequence[Received], windows: Sequence[tuple[float, float]]) -> dict:
     """What the agent did, outside the user's windows, that only its own echo could have caused.
 
-    Each list holds the client instants (as given) of the events.
+    Each list holds the client instants (as given): when the agent's voice
+    fell silent, or when the user transcript came.
     """
 
     def outside(at: float) -> bool:
         return not any(start <= at < end for start, end in windows)
 
+    clears = [m.at for m in received if isinstance(m, MessageIn) and m.type == "clear"]
+    finals = [m.at for m in received if is_final_transcript(m, "user")]
     intervals = bridged(playback_intervals(received), GLITCH_S)
-    boundaries = [item.at for item in received if isinstance(item, MessageIn) and item.type == "clear"]
-    boundaries += [item.at for item in received if is_final_transcript(item, "user")]
-    pauses = [
-        a_end
-        for (_, a_end), (b_start, _) in zip(intervals, intervals[1:])
-        if b_start - a_end >= MIN_PAUSE_S and outside(a_end) and not any(a_end <= at <= b_start for at in boundaries)
-    ]
-    return {
-        "clears": [m.at for m in received if isinstance(m, MessageIn) and m.type == "clear" and outside(m.at)],
-        "pauses": pauses,
-        "turns": [m.at for m in received if is_final_transcript(m, "user") and outside(m.at)],
-    }
+    stops: dict[str, list[float]] = {"clears": [], "pauses": [], "turns": [at for at in finals if outside(at)]}
+    for index, (_, silent_at) in enumerate(intervals):
+        resumes_at = intervals[index + 1][0] if index + 1 < len(intervals) else None
+        until = (
+            silent_at + CLEAR_AFTER_SILENCE_S
+            if resumes_at is None
+            else min(resumes_at, silent_at + CLEAR_AFTER_SILENCE_S)
+        )
+        if any(silent_at <= at <= until for at in clears):
+            kind = "clears"
+        elif (
+            resumes_at is not None
+            and MIN_PAUSE_S <= resumes_at - silent_at < CLEAR_AFTER_SILENCE_S
+            and not any(silent_at <= at <= resumes_at for at in finals)
+        ):
+            kind = "pauses"
+        else:
+            continue  # the answer ended, or the player glitched
+        if outside(silent_at):
+            stops[kind].append(silent_at)
+    return stops

@@ -19,7 +19,7 @@ def test_user_windows_wait_longer_after_speech_over_the_agent():
 
 
 def test_only_what_happens_outside_the_users_windows_counts_as_echo():
-    windows = [(0.0, 1.5), (10.0, 12.5)]  # a question, and a barge-in probe with its time to react
+    turns = [(0.0, 1.0, False), (10.0, 10.5, True)]  # a question, and a barge-in probe
     received = [
         user_final(1.2),  # the question's transcript
         *frames(1.4, 20),  # the answer, 1.4 to 1.8 s: falls silent at 1.8, outside the windows...
@@ -30,10 +30,16 @@ def test_only_what_happens_outside_the_users_windows_counts_as_echo():
         *frames(10.0, 10),  # an answer the probe at 10.0 s interrupts: cleared inside its window
         MessageIn(10.3, "clear"),
     ]
-    stops = echo_stops(received, windows)
+    stops = echo_stops(received, turns)
     assert stops == {"clears": [pytest.approx(1.8)], "pauses": [pytest.approx(4.0)], "turns": [2.2]}
 
 
 def test_a_glitch_an_answers_end_or_a_gap_with_a_new_turn_in_it_is_no_stop():
     received = [*frames(0.0, 10), *frames(0.23, 10), user_final(1.0), *frames(2.0, 5)]
-    assert echo_stops(received, [(0.9, 1.1)]) == {"clears": [], "pauses": [], "turns": []}
+    assert echo_stops(received, [(0.5, 0.6, True)]) == {"clears": [], "pauses": [], "turns": []}
+
+
+def test_a_slow_final_transcript_of_the_users_own_turn_is_theirs():
+    # The user stops at 1.0 s; on a busy machine the final comes at 2.0 s, before any answer.
+    received = [user_final(2.0), *frames(2.5, 10), user_final(4.0)]
+    assert echo_stops(received, [(0.0, 1.0, False)])["turns"] == [4.0]

@@ -116,10 +116,8 @@ def echo_result(traces: list[RunTrace], seed: int | None) -> dict:
     """
     runs: list[dict] = []
     for trace in traces:
-        windows = echo_stops.user_windows(
-            [(sent.speech_start_at, sent.speech_end_at, sent.turn.start.kind == "barge-in") for sent in trace.turns]
-        )
-        stops = echo_stops.echo_stops(trace.received, windows)
+        turns = [(sent.speech_start_at, sent.speech_end_at, sent.turn.start.kind == "barge-in") for sent in trace.turns]
+        stops = echo_stops.echo_stops(trace.received, turns)
         runs.append(
             {
                 "repeat": trace.repeat,

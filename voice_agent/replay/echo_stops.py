@@ -12,7 +12,10 @@ hear it: when the agent's voice fell silent.
   back within ``CLEAR_AFTER_SILENCE_S`` with no user turn in between (the
   session pauses while it checks overlapping words). A chunk that comes late
   looks the same, so compare with a run without echo;
-- ``turns``: it took its echo for a user turn (a final user transcript).
+- ``turns``: it took its echo for a user turn: a final user transcript
+  outside the user's windows that came after the agent's voice had begun
+  playing since the user last spoke (the user's own final, however slow,
+  comes before the answer to it).
 
 The user's windows run from the start of each turn's speech to a little
 after its end: ``bargein.SETTLE_S`` for a turn spoken over the agent (time to
@@ -45,20 +48,27 @@ def user_windows(turns: Sequence[tuple[float, float, bool]]) -> list[tuple[float
     return [(start, end + (SETTLE_S if over_agent else REACTION_S)) for start, end, over_agent in turns]
 
 
-def echo_stops(received: Sequence[Received], windows: Sequence[tuple[float, float]]) -> dict:
+def echo_stops(received: Sequence[Received], turns: Sequence[tuple[float, float, bool]]) -> dict:
     """What the agent did, outside the user's windows, that only its own echo could have caused.
 
-    Each list holds the client instants (as given): when the agent's voice
-    fell silent, or when the user transcript came.
+    ``turns`` are the user's: (speech start, speech end, spoken over the
+    agent). Each list holds the client instants: when the agent's voice fell
+    silent, or when the user transcript came.
     """
+    windows = user_windows(turns)
 
     def outside(at: float) -> bool:
         return not any(start <= at < end for start, end in windows)
 
+    def after_agent_voice(at: float) -> bool:
+        spoke = max((end for start, end, _ in turns if start <= at), default=float("-inf"))
+        return any(spoke < start < at for start, _ in intervals)
+
     clears = [m.at for m in received if isinstance(m, MessageIn) and m.type == "clear"]
     finals = [m.at for m in received if is_final_transcript(m, "user")]
     intervals = bridged(playback_intervals(received), GLITCH_S)
-    stops: dict[str, list[float]] = {"clears": [], "pauses": [], "turns": [at for at in finals if outside(at)]}
+    echo_turns = [at for at in finals if outside(at) and after_agent_voice(at)]
+    stops: dict[str, list[float]] = {"clears": [], "pauses": [], "turns": echo_turns}
     for index, (_, silent_at) in enumerate(intervals):
         resumes_at = intervals[index + 1][0] if index + 1 < len(intervals) else None
         until = (

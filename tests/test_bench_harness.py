@@ -228,16 +228,17 @@ def test_bargein_thresholds_and_table():
 
 
 def test_bargein_echo_section_and_threshold():
-    echo = {"on": True, "seed": 3, "clears": 1, "pauses": 0, "turns": 1, "stops": 2, "runs": []}
+    echo = {"on": True, "seed": 3, "clears": 1, "pauses": 0, "stopped": 0, "turns": 1, "stops": 2, "runs": []}
     echo["runs"] = [{"repeat": 0, "paths": [{"at_s": 1.0, "gain_db": -12.0, "delay_ms": 80.0, "seed": 5}]}]
     assert bargein.check_echo(echo, 0) == [
-        "2 stop(s) outside the user's own sound > 0 (1 clear(s), 0 pause(s), 1 user turn(s))"
+        "2 stop(s) outside the user's own sound > 0 (1 clear(s), 0 pause(s), 0 stopped, 1 user turn(s))"
     ]
     assert bargein.check_echo(echo, 2) == [] and bargein.check_echo(echo, None) == []
     result = {**MACHINE_HEAD, "load_average_after": None, "summary": {}, "probes": [], "echo": echo}
     assert (
         "Echo rig on (seed 3): 1 answers came back at -12 to -12 dB, 80 to 80 ms late. Stops for the agent's own "
-        "voice: 2 (1 clear(s), 0 pause(s) of its voice, 1 user turn(s) it heard in its own voice)."
+        "voice: 2 (1 clear(s), 0 pause(s) of its voice, 0 answer(s) stopped without a clear, 1 user turn(s) it "
+        "heard in its own voice)."
     ) in bargein.markdown(result)
 
 

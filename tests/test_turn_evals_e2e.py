@@ -83,9 +83,9 @@ def test_the_echo_rig_feeds_the_agents_voice_back_and_counts_what_it_did_about_i
     assert run["paths"], "the agent answered, so its voice came back through at least one path"
     for path in run["paths"]:
         assert GAIN_DB[0] <= path["gain_db"] <= GAIN_DB[1] and DELAY_MS[0] <= path["delay_ms"] <= DELAY_MS[1]
-    for kind in ("clears", "pauses", "turns"):
+    for kind in ("clears", "pauses", "stopped", "turns"):
         assert echo[kind] == len(run[kind])
-    assert echo["stops"] == echo["clears"] + echo["pauses"] + echo["turns"]
+    assert echo["stops"] == echo["clears"] + echo["pauses"] + echo["stopped"] + echo["turns"]
     assert [(p["name"], p["tag"]) for p in report["probes"]] == [
         ("wait_question", "interruption"),
         ("ack_yeah", "acknowledgement"),

@@ -60,7 +60,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     thresholds.add_argument(
         "--max-echo-stops",
         type=int,
-        help="clears, pauses and user turns outside the user's own sound (with --echo: for its own voice), e.g. 0",
+        help="clears, pauses, stopped answers and user turns outside the user's own sound "
+        "(with --echo: for its own voice), e.g. 0",
     )
 
 
@@ -125,7 +126,7 @@ def echo_result(traces: list[RunTrace], seed: int | None) -> dict:
                 **{kind: [round(at - trace.started_at, 3) for at in times] for kind, times in stops.items()},
             }
         )
-    counts = {kind: sum(len(run[kind]) for run in runs) for kind in ("clears", "pauses", "turns")}
+    counts = {kind: sum(len(run[kind]) for run in runs) for kind in ("clears", "pauses", "stopped", "turns")}
     return {"on": seed is not None, "seed": seed, **counts, "stops": sum(counts.values()), "runs": runs}
 
 
@@ -134,7 +135,8 @@ def check_echo(echo: dict, max_stops: int | None) -> list[str]:
         return []
     return [
         f"{echo['stops']} stop(s) outside the user's own sound > {max_stops} "
-        f"({echo['clears']} clear(s), {echo['pauses']} pause(s), {echo['turns']} user turn(s))"
+        f"({echo['clears']} clear(s), {echo['pauses']} pause(s), {echo['stopped']} stopped, "
+        f"{echo['turns']} user turn(s))"
     ]
 
 
@@ -198,5 +200,5 @@ def _echo_line(echo: dict) -> str:
         what = "Echo rig off. Stops outside the user's own sound (late chunks, or nothing)"
     return (
         f"{what}: {echo['stops']} ({echo['clears']} clear(s), {echo['pauses']} pause(s) of its voice, "
-        f"{echo['turns']} user turn(s) it heard in its own voice)."
+        f"{echo['stopped']} answer(s) stopped without a clear, {echo['turns']} user turn(s) it heard in its own voice)."
     )

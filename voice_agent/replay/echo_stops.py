@@ -9,9 +9,13 @@ hear it: when the agent's voice fell silent.
 - ``clears``: it fell silent and gave up its answer (``clear``, which may
   come up to ``CLEAR_AFTER_SILENCE_S`` later, once the words were checked);
 - ``pauses``: its voice fell silent for ``MIN_PAUSE_S`` or more, and came
-  back within ``CLEAR_AFTER_SILENCE_S`` with no user turn in between (the
+  back within ``CLEAR_AFTER_SILENCE_S``, with neither a user turn nor the
+  end of the answer (its final transcript) in between (the
   session pauses while it checks overlapping words). A chunk that comes late
   looks the same, so compare with a run without echo;
+- ``stopped``: its voice fell silent for good without a ``clear``, and the
+  answer had not ended: the agent's final transcript, which the server sends
+  as an answer's last audio goes out, did not come within ``END_SLACK_S``;
 - ``turns``: it took its echo for a user turn: a final user transcript
   outside the user's windows that came after the agent's voice had begun
   playing since the user last spoke (the user's own final, however slow,
@@ -38,6 +42,10 @@ from .measure import (
 )
 
 MIN_PAUSE_S = 0.1
+# An answer that ends on its own: its final transcript arrives this close to
+# the moment the client's player runs dry (the server sends it after the last
+# frame, which plays out within the output lead).
+END_SLACK_S = 0.5
 # After a turn spoken while the agent was quiet: the session may still be
 # checking its last words when its answer starts.
 REACTION_S = 0.5
@@ -66,9 +74,10 @@ def echo_stops(received: Sequence[Received], turns: Sequence[tuple[float, float,
 
     clears = [m.at for m in received if isinstance(m, MessageIn) and m.type == "clear"]
     finals = [m.at for m in received if is_final_transcript(m, "user")]
+    answered = [m.at for m in received if is_final_transcript(m, "agent")]
     intervals = bridged(playback_intervals(received), GLITCH_S)
     echo_turns = [at for at in finals if outside(at) and after_agent_voice(at)]
-    stops: dict[str, list[float]] = {"clears": [], "pauses": [], "turns": echo_turns}
+    stops: dict[str, list[float]] = {"clears": [], "pauses": [], "stopped": [], "turns": echo_turns}
     for index, (_, silent_at) in enumerate(intervals):
         resumes_at = intervals[index + 1][0] if index + 1 < len(intervals) else None
         until = (
@@ -82,10 +91,13 @@ def echo_stops(received: Sequence[Received], turns: Sequence[tuple[float, float,
             resumes_at is not None
             and MIN_PAUSE_S <= resumes_at - silent_at < CLEAR_AFTER_SILENCE_S
             and not any(silent_at <= at <= resumes_at for at in finals)
+            and not any(silent_at - END_SLACK_S <= at <= resumes_at for at in answered)
         ):
             kind = "pauses"
+        elif not any(abs(at - silent_at) <= END_SLACK_S for at in answered):
+            kind = "stopped"
         else:
-            continue  # the answer ended, or the player glitched
+            continue  # the answer ended
         if outside(silent_at):
             stops[kind].append(silent_at)
     return stops

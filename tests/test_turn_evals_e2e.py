@@ -86,6 +86,8 @@ def test_the_echo_rig_feeds_the_agents_voice_back_and_counts_what_it_did_about_i
     for kind in ("clears", "pauses", "stopped", "turns"):
         assert echo[kind] == len(run[kind])
     assert echo["stops"] == echo["clears"] + echo["pauses"] + echo["stopped"] + echo["turns"]
+    assert run["script_turns"] == echo["script_turns"] == 4 and echo["user_turns"] == run["user_turns"] >= 1
+    assert echo["voice_stretch_ms"]["n"] == len(run["voice_stretches_ms"]) >= 1
     assert [(p["name"], p["tag"]) for p in report["probes"]] == [
         ("wait_question", "interruption"),
         ("ack_yeah", "acknowledgement"),

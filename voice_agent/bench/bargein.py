@@ -26,6 +26,7 @@ import argparse
 import sys
 
 from ..replay import bargein, echo_stops
+from ..replay.measure import GLITCH_S, bridged, distribution, is_final_transcript, playback_intervals
 from ..replay.runner import RunTrace
 from ..replay.script import ScriptError, load_script
 from . import harness
@@ -124,10 +125,27 @@ def echo_result(traces: list[RunTrace], seed: int | None) -> dict:
                 "repeat": trace.repeat,
                 "paths": trace.echo_paths,
                 **{kind: [round(at - trace.started_at, 3) for at in times] for kind, times in stops.items()},
+                # How many user turns the agent answered for the turns the script played, and how
+                # long each stretch of its voice lasted: its own echo adds turns and cuts stretches short.
+                "script_turns": len(trace.turns),
+                "user_turns": sum(1 for item in trace.received if is_final_transcript(item, "user")),
+                "voice_stretches_ms": [
+                    round((end - start) * 1000.0, 1)
+                    for start, end in bridged(playback_intervals(trace.received), GLITCH_S)
+                ],
             }
         )
     counts = {kind: sum(len(run[kind]) for run in runs) for kind in ("clears", "pauses", "stopped", "turns")}
-    return {"on": seed is not None, "seed": seed, **counts, "stops": sum(counts.values()), "runs": runs}
+    return {
+        "on": seed is not None,
+        "seed": seed,
+        **counts,
+        "stops": sum(counts.values()),
+        "script_turns": sum(run["script_turns"] for run in runs),
+        "user_turns": sum(run["user_turns"] for run in runs),
+        "voice_stretch_ms": distribution([stretch for run in runs for stretch in run["voice_stretches_ms"]]),
+        "runs": runs,
+    }
 
 
 def check_echo(echo: dict, max_stops: int | None) -> list[str]:
@@ -198,7 +216,11 @@ def _echo_line(echo: dict) -> str:
         )
     else:
         what = "Echo rig off. Stops outside the user's own sound (late chunks, or nothing)"
+    stretch = echo["voice_stretch_ms"]
+    p50 = ms(stretch["p50"])
     return (
         f"{what}: {echo['stops']} ({echo['clears']} clear(s), {echo['pauses']} pause(s) of its voice, "
-        f"{echo['stopped']} answer(s) stopped without a clear, {echo['turns']} user turn(s) it heard in its own voice)."
+        f"{echo['stopped']} answer(s) stopped without a clear, {echo['turns']} user turn(s) it heard in its own voice). "
+        f"It took {echo['user_turns']} user turns for the script's {echo['script_turns']}; "
+        f"its voice played in stretches of {p50} (median of {stretch['n']})."
     )

@@ -54,6 +54,7 @@ def test_pauses_are_gaps_of_at_least_nine_windows_between_speech_windows():
     assert vad_pauses.pauses_in(speech) == [(6, 15)]  # the 3-window gap is a break between words
 
 
+@pytest.mark.models  # Silero
 def test_silero_hears_the_pause_cut_into_a_committed_turn():
     script = load_script(str(REAL.parent / "script.yaml"), 16000)
     turn = next(t for t in script.turns if t.name == "lands_at_nine")

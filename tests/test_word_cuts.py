@@ -57,6 +57,7 @@ def test_insert_pauses_adds_the_silence_at_each_cut():
     assert not out[300:500].any() and not out[800:1300].any() and out[150] == 1.0
 
 
+@pytest.mark.models  # Silero
 def test_the_committed_word_turns_pause_where_the_script_says():
     script = load_script(str(WORDS / "script.yaml"), RATE)
     assert len(script.turns) >= 15 and all("words" in t.tags for t in script.turns)

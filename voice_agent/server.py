@@ -129,13 +129,18 @@ def create_app(settings: Settings, engines: Engines | None = None) -> Starlette:
         await websocket.send_denial_response(response)
         return False
 
-    async def serve(websocket: WebSocket, codec: Codec) -> None:
-        """Run a session on an accepted WebSocket, if the server can take one now."""
+    async def serve(websocket: WebSocket, codec: Codec, per_address: bool = True) -> None:
+        """Run a session on an accepted WebSocket, if the server can take one now.
+
+        ``per_address``: count it towards the client address's limit. Phone calls do not: every call
+        of a carrier may come from the same few addresses, and the stream token already vouches for them.
+        """
         engines = runtime.engines
         try:
             if not runtime.ready.is_set() or engines is None:
                 raise Refused("loading", "models are still loading")
-            slot = runtime.sessions.open(websocket.client.host if websocket.client else "")
+            address = (websocket.client.host if websocket.client else "") if per_address else None
+            slot = runtime.sessions.open(address)
         except Refused as refused:
             runtime.metrics.refused.labels(refused.kind).inc()
             log.warning("refused a session from %s: %s", websocket.client, refused)
@@ -171,7 +176,7 @@ def create_app(settings: Settings, engines: Engines | None = None) -> Starlette:
             greeting=settings.telephony_greeting,
             allow_client_prompt=settings.allow_client_prompt,
         )
-        await serve(websocket, codec)
+        await serve(websocket, codec, per_address=False)
 
     async def twilio_stream(websocket: WebSocket) -> None:
         await telephony(websocket, TWILIO)

@@ -23,10 +23,19 @@ from typing import Any
 
 ENV_PREFIX = "VOICE_AGENT_"
 
+# The spoken-answer contract, then a few answers that keep it: chosen with
+# voice-agent bench answers (docs/answers.md). Examples written as quotations,
+# not as "Caller: / You:" lines, which the model copied into its answers.
+SPOKEN_ANSWER_RULES = (
+    "You are a friendly voice assistant talking with a caller. Everything you write is read aloud. "
+    "Answer in one or two short sentences of plain spoken English, under 30 words. "
+    "Never use lists, headings, markdown, emojis, links or code. Never repeat the caller's words or your own."
+)
 DEFAULT_SYSTEM_PROMPT = (
-    "You are a friendly voice assistant in a spoken conversation. "
-    "Answer in one or two short sentences of plain spoken English. "
-    "Never use lists, markdown, emojis or code."
+    SPOKEN_ANSWER_RULES + ' For example, to "How do I get to the station?" you might say "Take the number five bus '
+    'from the main square, it takes ten minutes." To "Tell me a joke." you might say "Why don\'t eggs tell '
+    'jokes? They would crack each other up." To "I\'d like a table for two at eight." you might say '
+    '"Of course. What name should I put the booking under?"'
 )
 
 
@@ -168,6 +177,22 @@ class Settings:
     system_prompt: str = _opt(DEFAULT_SYSTEM_PROMPT, "System prompt for every session.", "llm")
     llm_max_tokens: int = _opt(120, "Maximum tokens in one answer.", "llm")
     llm_temperature: float = _opt(0.3, "Sampling temperature.", "llm")
+    # Chosen with voice-agent bench answers (docs/answers.md), for the embedded SmolLM2.
+    llm_repeat_penalty: float = _opt(
+        1.0,
+        "Penalty on tokens the answer already used (llama.cpp repeat_penalty, over the last 64 tokens; "
+        "vLLM repetition_penalty); 1 is off. Sent to an OpenAI-compatible endpoint only when not 1.",
+        "llm",
+    )
+    # 0.5 cut the loops the guard had to stop from 6 to 2 in 50 answers, and kept
+    # them shortest; unlike the repeat penalty, every OpenAI-compatible API takes it.
+    llm_frequency_penalty: float = _opt(0.5, "Penalty growing with each use of a token; 0 is off.", "llm")
+    llm_presence_penalty: float = _opt(0.0, "Penalty on any token already used; 0 is off.", "llm")
+    answer_max_sentences: int = _opt(
+        2,
+        "The answer ends after this many sentences, whatever the model writes on; 0 means no limit.",
+        "llm",
+    )
     # Prompts are evaluated in batches, which spread over cores (54 tokens: 3.6 ms
     # a token with 2 threads, 7.0 with 1); generating is one token at a time, and
     # llama.cpp's second thread meets the first at an OpenMP barrier after every

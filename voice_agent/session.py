@@ -314,6 +314,8 @@ class Session:
             user_text=user_text,
             first_chunk_min_words=self.settings.first_chunk_min_words,
             phrase_breaks=self.settings.first_chunk_phrase_breaks,
+            # Fixed words (a greeting, an apology: no user text) are said whole.
+            max_sentences=self.settings.answer_max_sentences if user_text else 0,
             on_first_audio=None if metrics is None else (lambda reply: self._report(reply, metrics)),
             held=held,
             clock=self._clock,

@@ -150,14 +150,13 @@ def create_app(settings: Settings, engines: Engines | None = None) -> Starlette:
             await run_session(websocket, codec, engines, settings, slot, runtime.metrics)
 
     async def native(websocket: WebSocket) -> None:
-        logs.start_session()
         if not await allowed(websocket, check_token=True):
             return
+        logs.start_session()  # after the handshake checks: refused ones log outside sessions, rate-limited
         await websocket.accept()
         await serve(websocket, NativeProtocol(allow_client_prompt=settings.allow_client_prompt))
 
     async def telephony(websocket: WebSocket, dialect: Dialect) -> None:
-        logs.start_session()
         # Phone networks cannot send our token: their streams carry telephony_token in the path instead.
         if not await allowed(websocket, check_token=False):
             return
@@ -169,6 +168,7 @@ def create_app(settings: Settings, engines: Engines | None = None) -> Starlette:
             log.warning("refused a %s stream with a missing or wrong token from %s", dialect.name, websocket.client)
             await websocket.send_denial_response(PlainTextResponse("missing or wrong token", status_code=403))
             return
+        logs.start_session()
         await websocket.accept()
         codec = MediaStreamsProtocol(
             dialect,

@@ -295,7 +295,10 @@ def markdown(result: dict) -> str:
         rows,
         "llrrrrrrrr",
     )
-    tags = sorted({tag for point in result["points"] for tag in point["summary"]["by_tag"]})
+    # The groups have their own table above.
+    tags = sorted(
+        {tag for point in result["points"] for tag in point["summary"]["by_tag"] if not tag.startswith(turn_groups.TAG)}
+    )
     if tags:
         lines += ["", "Cut-offs by kind of turn (tags in the turn script):", ""]
         rows = []

@@ -287,3 +287,15 @@ def test_load_bars():
     ]
     report = load.markdown({**MACHINE_HEAD, **ok, "flood": flood})
     assert "none of the levels run" in report and "beside a client sending 0 malformed messages (+30 %" in report
+
+
+def test_endpointing_groups_from_the_command_line(tmp_path):
+    default = harness.default_script("endpoint_turns")
+    script = endpointing._script(argparse.Namespace(script=default, group="words, real", limit=1))
+    assert [t.tags[-1] for t in script.turns] == ["group:words", "group:real"]
+    with pytest.raises(ScriptError, match="choose from synthetic, words, real"):
+        endpointing._script(argparse.Namespace(script=default, group="real,bogus", limit=None))
+    own = tmp_path / "own.yaml"
+    own.write_text(f"turns:\n  - file: {harness.TURNS / 'endpoint_turns' / 'yes.flac'}\n")
+    [turn] = endpointing._script(argparse.Namespace(script=str(own), group="real", limit=None)).turns
+    assert turn.tags == ("group:script",)

@@ -27,6 +27,9 @@ MAX_PARAMETER_CHARS = 1000  # the greeting's and the prompt's own limits apply o
 # <|start_header_id|>), and llama-cpp-python tokenizes the rendered prompt with special tokens on: a user
 # who types one could open a system turn of their own.
 _CHAT_MARKUP = re.compile(r"<\|[^<>|\s]{1,40}\|>")
+# Control characters other than tab and newlines mean nothing to a listener, and the phonemizer, the LLM
+# and a log reader each take them their own way.
+_CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
 
 
 def screen_prompt_options(offered: Mapping[str, Any], allowed: bool) -> tuple[dict[str, str], list[ProtocolError]]:
@@ -60,8 +63,10 @@ def is_parameter_map(value: Any) -> bool:
     )
 
 
-def chat_markup_error(text: str) -> ProtocolError | None:
-    """An error if ``text``, bound for the LLM as the user's words, holds chat-template markup."""
+def user_text_error(text: str) -> ProtocolError | None:
+    """An error if ``text``, bound for the LLM as the user's words, holds chat-template markup or control characters."""
     if _CHAT_MARKUP.search(text):
         return ProtocolError("invalid_text", "text holds chat-template markup such as <|im_start|>; ignored")
+    if _CONTROL.search(text):
+        return ProtocolError("invalid_text", "text holds control characters; ignored")
     return None

@@ -17,9 +17,9 @@ from .client_options import (
     MAX_PARAMETER_CHARS,
     MAX_PARAMETERS,
     PROMPT_OPTIONS,
-    chat_markup_error,
     is_parameter_map,
     screen_prompt_options,
+    user_text_error,
 )
 from .events import (
     AgentAudio,
@@ -134,8 +134,8 @@ class NativeProtocol:
             return [ProtocolError("invalid_message", "text needs a non-empty string text")]
         if len(text) > MAX_TEXT_CHARS:
             return [ProtocolError("text_too_long", f"text is over {MAX_TEXT_CHARS} characters")]
-        if (markup := chat_markup_error(text)) is not None:
-            return [markup]
+        if (refused := user_text_error(text)) is not None:
+            return [refused]
         self._input_seen = True
         return [TextReceived(text.strip())]
 

@@ -37,17 +37,17 @@ def test_the_token_as_a_bearer_header_or_a_query_parameter():
 
 
 def test_origins_are_matched_without_case_or_trailing_slash_and_absent_origin_passes():
-    policy = AccessPolicy(allowed_origins=f" {GOOD_ORIGIN}/ , http://localhost:8000")
+    policy = AccessPolicy(allowed_origins=[f" {GOOD_ORIGIN}/ ", "http://localhost:8000"])
     assert policy.refusal({"origin": "HTTPS://App.Example.com"}, {}) is None
     assert policy.refusal({"origin": "http://localhost:8000"}, {}) is None
     assert policy.refusal({"origin": "http://localhost:8001"}, {}) == FORBIDDEN_ORIGIN
     assert policy.refusal({"origin": "null"}, {}) == FORBIDDEN_ORIGIN
     assert policy.refusal({}, {}) is None  # not a browser: the token's business
-    assert AccessPolicy(allowed_origins="*").refusal({"origin": "https://any.example"}, {}) is None
+    assert AccessPolicy(allowed_origins=["*"]).refusal({"origin": "https://any.example"}, {}) is None
 
 
 def test_a_wrong_origin_is_refused_before_the_token_is_looked_at():
-    policy = AccessPolicy(token=TOKEN, allowed_origins=GOOD_ORIGIN)
+    policy = AccessPolicy(token=TOKEN, allowed_origins=[GOOD_ORIGIN])
     assert policy.refusal({"origin": "https://evil.example"}, {"token": TOKEN}) == FORBIDDEN_ORIGIN
 
 

@@ -381,7 +381,9 @@ async def test_steady_faint_noise_holds_a_commit_back_only_briefly():
 
 
 async def test_preemptive_generation_can_be_turned_off():
-    h = Harness(end_silence_complete_ms=600, end_silence_ms=600, end_silence_incomplete_ms=600, preemptive_generation=0)
+    h = Harness(
+        end_silence_complete_ms=600, end_silence_ms=600, end_silence_incomplete_ms=600, preemptive_generation=False
+    )
     await h.feed(tone(0.5), realtime=False)
     await h.feed(quiet(0.3))
     assert h.llm.requests == []
@@ -489,7 +491,9 @@ async def test_an_interruption_that_ends_during_the_check_is_answered():
 
 async def test_a_stale_partial_does_not_end_the_turn_before_the_words_are_in():
     # A partial says "We arrive." while the last words are still being transcribed.
-    h = Harness(end_silence_complete_ms=200, end_silence_ms=400, end_silence_incomplete_ms=900, preemptive_generation=0)
+    h = Harness(
+        end_silence_complete_ms=200, end_silence_ms=400, end_silence_incomplete_ms=900, preemptive_generation=False
+    )
     h.stt.text = "We arrive."
     await h.feed(tone(0.7))
     assert [e.text for e in h.of(Transcript) if not e.final] == ["We arrive."]

@@ -10,16 +10,16 @@ clients send no ``Origin`` and are left to the token.
 from __future__ import annotations
 
 import hmac
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 UNAUTHORIZED = "unauthorized"
 FORBIDDEN_ORIGIN = "forbidden_origin"
 
 
 class AccessPolicy:
-    def __init__(self, token: str = "", allowed_origins: str = ""):
+    def __init__(self, token: str = "", allowed_origins: Iterable[str] = ()):
         self._token = token.encode()
-        origins = {_normal(o) for o in allowed_origins.split(",") if o.strip()}
+        origins = {_normal(o) for o in allowed_origins if o.strip()}
         self._origins = None if not origins or "*" in origins else origins
 
     def refusal(self, headers: Mapping[str, str], query: Mapping[str, str], check_token: bool = True) -> str | None:

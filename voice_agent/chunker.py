@@ -66,7 +66,7 @@ class SentenceChunker:
 
     def push(self, delta: str) -> list[str]:
         self._buffer += delta
-        chunks = []
+        chunks: list[str] = []
         while (end := self._find_boundary()) is not None:
             chunk, self._buffer = self._buffer[:end], self._buffer[end:]
             self._add(chunks, chunk)

@@ -71,8 +71,7 @@ def cap_malloc_arenas(arenas: int = 2) -> None:
 def serve_command(settings: Settings) -> int:
     # Whisper, llama.cpp and Piper share a few cores. OpenMP's default spin-wait
     # burns a core while one engine waits for the next parallel region, starving
-    # the others: with it passive, llama.cpp evaluated a 45-token prompt in 264 ms
-    # instead of 505 ms beside another busy server (2026-11-22, 2 cores). Read when
+    # the others (measured in docs/architecture.md, "Concurrency"). Read when
     # the libraries load, so set before any engine is imported; an explicit setting wins.
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     cap_malloc_arenas()

@@ -4,6 +4,11 @@ Every setting is a field of :class:`Settings`, documented once in its
 metadata. The command line and the ``VOICE_AGENT_*`` environment variables are
 generated from these fields, so ``voice-agent serve --help`` always lists every
 option. Precedence: CLI flag, then environment variable, then default.
+
+Values are parsed here, once, into their field's type: a ``bool`` is
+``--x``/``--no-x`` on the command line and ``1/0``, ``true/false``, ``yes/no``
+or ``on/off`` in the environment; a ``tuple[str, ...]`` (a list, immutable
+like the rest of the settings) is comma-separated in both, blanks dropped.
 """
 
 from __future__ import annotations
@@ -11,7 +16,8 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
-from collections.abc import Mapping
+import typing
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -68,12 +74,11 @@ class Settings:
         "stt",
     )
 
-    preemptive_generation: int = _opt(
-        1,
-        "1: start answering the speculative transcript during the pause, and release the "
-        "answer the moment the turn is confirmed; 0: answer only after the turn ends.",
+    preemptive_generation: bool = _opt(
+        True,
+        "Start answering the speculative transcript during the pause, and release the "
+        "answer the moment the turn is confirmed; off: answer only after the turn ends.",
         "stt",
-        (0, 1),
     )
 
     # Voice activity and turn detection
@@ -139,9 +144,11 @@ class Settings:
     )
     # Fillers too: alone, "uh" is what Whisper makes of a short "uh-huh"; a user who
     # goes on is checked again every 160 ms of speech, and stopped at --barge-in-force-ms.
-    barge_in_backchannels: str = _opt(
-        "yeah,yes,yep,yup,mm,mmm,mhm,mhmm,mmhmm,mm hm,mm hmm,hm,hmm,uh huh,okay,ok,right,sure,i see,got it,"
-        "cool,nice,wow,oh,ah,uh,um,er",
+    barge_in_backchannels: tuple[str, ...] = _opt(
+        tuple(
+            "yeah,yes,yep,yup,mm,mmm,mhm,mhmm,mmhmm,mm hm,mm hmm,hm,hmm,uh huh,okay,ok,right,sure,i see,got it,"
+            "cool,nice,wow,oh,ah,uh,um,er".split(",")
+        ),
         "Comma-separated words that do not interrupt the agent when they are all the user said "
         "over it (checked with STT). Empty: any speech past --barge-in-min-speech-ms interrupts.",
         "turn",
@@ -190,11 +197,10 @@ class Settings:
     llm_dtype: str = _opt("auto", "vLLM weight dtype: auto, bfloat16, float16, float32.", "llm")
     llm_gpu_memory: float = _opt(0.85, "Fraction of GPU memory vLLM may use (weights plus KV cache).", "llm")
     llm_tensor_parallel: int = _opt(1, "GPUs one vLLM model is split across.", "llm")
-    llm_enforce_eager: int = _opt(
-        0,
-        "1 runs vLLM without compilation or CUDA graphs: starts much faster, decodes slower.",
+    llm_enforce_eager: bool = _opt(
+        False,
+        "Run vLLM without compilation or CUDA graphs: starts much faster, decodes slower.",
         "llm",
-        (0, 1),
     )
     system_prompt: str = _opt(DEFAULT_SYSTEM_PROMPT, "System prompt for every session.", "llm")
     llm_max_tokens: int = _opt(120, "Maximum tokens in one answer.", "llm")
@@ -224,12 +230,11 @@ class Settings:
     # On: "I'm sorry" is spoken while "for any confusion," is synthesized. Piper took
     # 45 ms for "I'm sorry" and 221 ms for the whole sentence, and the pause at the
     # seam (about 230 ms of Piper's own edge silence) is shorter than after a comma (310 ms).
-    first_chunk_phrase_breaks: int = _opt(
-        1,
-        "1: the first chunk may also end before a word that begins a phrase "
-        "(for, on, but, to...) once it has --first-chunk-min-words words; 0: only at punctuation.",
+    first_chunk_phrase_breaks: bool = _opt(
+        True,
+        "The first chunk may also end before a word that begins a phrase "
+        "(for, on, but, to...) once it has --first-chunk-min-words words; off: only at punctuation.",
         "tts",
-        (0, 1),
     )
     tts_voice: str = _opt(
         "",
@@ -315,8 +320,8 @@ class Settings:
         "others get HTTP 401. Empty lets anyone in. Prefer the environment variable: flags show in ps.",
         "access",
     )
-    allowed_origins: str = _opt(
-        "",
+    allowed_origins: tuple[str, ...] = _opt(
+        (),
         "Comma-separated browser origins (scheme://host[:port]) allowed to open a WebSocket; a "
         "handshake carrying another Origin gets HTTP 403. Clients that send no Origin (not browsers) "
         "are unaffected. Empty allows every origin.",
@@ -348,13 +353,36 @@ class Settings:
         return cls(**values)
 
 
-# Field annotations are strings under ``from __future__ import annotations``.
-_FIELD_TYPES = {"int": int, "float": float, "str": str}
+def parse_bool(raw: str) -> bool:
+    value = raw.strip().lower()
+    if value in ("1", "true", "yes", "on"):
+        return True
+    if value in ("0", "false", "no", "off"):
+        return False
+    raise ValueError("expected 1/0, true/false, yes/no or on/off")
+
+
+def parse_list(raw: str) -> tuple[str, ...]:
+    return tuple(item.strip() for item in raw.split(",") if item.strip())
+
+
+# The annotations as types: under ``from __future__ import annotations`` a Field's own ``type`` is a string.
+_FIELD_TYPES: dict[str, Any] = typing.get_type_hints(Settings)
+
+
+def _parser(f: dataclasses.Field) -> Callable[[str], Any]:
+    """How one raw string becomes a value of ``f``'s type."""
+    kind = _FIELD_TYPES[f.name]
+    if kind is bool:
+        return parse_bool
+    if kind == tuple[str, ...]:
+        return parse_list
+    return kind  # int, float, str
 
 
 def _parse(f: dataclasses.Field, raw: str) -> Any:
     try:
-        value = _FIELD_TYPES.get(f.type, str)(raw)
+        value = _parser(f)(raw)
     except ValueError as exc:
         raise SystemExit(f"{ENV_PREFIX}{f.name.upper()}={raw!r}: {exc}") from None
     choices = f.metadata.get("choices")
@@ -371,13 +399,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         if group_name not in groups:
             groups[group_name] = parser.add_argument_group(group_name)
         env_name = ENV_PREFIX + f.name.upper()
-        default = f.default
+        default = ",".join(f.default) if isinstance(f.default, tuple) else f.default
         shown = (default[:60] + "...") if isinstance(default, str) and len(default) > 60 else default
+        help = f"{f.metadata['help']} [env {env_name}; default {shown!r}]"
+        flag = "--" + f.name.replace("_", "-")
+        if _FIELD_TYPES[f.name] is bool:
+            groups[group_name].add_argument(
+                flag, dest=f.name, action=argparse.BooleanOptionalAction, default=None, help=help
+            )
+            continue
         groups[group_name].add_argument(
-            "--" + f.name.replace("_", "-"),
-            dest=f.name,
-            type=_FIELD_TYPES.get(f.type, str),
-            default=None,
-            choices=f.metadata.get("choices"),
-            help=f"{f.metadata['help']} [env {env_name}; default {shown!r}]",
+            flag, dest=f.name, type=_parser(f), default=None, choices=f.metadata.get("choices"), help=help
         )

@@ -62,7 +62,7 @@ def create_llm(settings: Settings) -> LLMBackend:
             max_model_len=settings.llm_context,
             gpu_memory_utilization=settings.llm_gpu_memory,
             tensor_parallel_size=settings.llm_tensor_parallel,
-            enforce_eager=bool(settings.llm_enforce_eager),
+            enforce_eager=settings.llm_enforce_eager,
             max_tokens=settings.llm_max_tokens,
             temperature=settings.llm_temperature,
         )

@@ -95,7 +95,8 @@ class SessionRateLimit(logging.Filter):
         session = getattr(record, "session", NO_SESSION)
         if session == NO_SESSION or record.levelno >= logging.ERROR:
             return True
-        limit, dropped = self._sessions.pop(session, None) or (RateLimit(self._rate, self._burst, self._clock), 0)
+        known = self._sessions.pop(session) if session in self._sessions else None
+        limit, dropped = known or (RateLimit(self._rate, self._burst, self._clock), 0)
         allowed = limit.take(1)
         if allowed and dropped:
             record.msg = f"{record.getMessage()} ({dropped} earlier line(s) of this session dropped: too many)"

@@ -103,6 +103,7 @@ def create_app(settings: Settings, engines: Engines | None = None) -> Starlette:
         try:
             if not runtime.ready.is_set():
                 raise Refused("loading", "models are still loading")
+            assert runtime.engines is not None  # ready means loaded
             slot = runtime.sessions.open()
         except Refused as refused:
             runtime.metrics.refused.labels(refused.kind).inc()

@@ -387,7 +387,7 @@ class Session:
             turn=turn,
             user_text=user_text,
             first_chunk_min_words=self.settings.first_chunk_min_words,
-            phrase_breaks=bool(self.settings.first_chunk_phrase_breaks),
+            phrase_breaks=self.settings.first_chunk_phrase_breaks,
             on_first_audio=None if metrics is None else (lambda reply: self._report(reply, metrics)),
             held=held,
             clock=self._clock,

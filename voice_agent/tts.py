@@ -12,7 +12,7 @@ import contextlib
 import json
 import logging
 import re
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncGenerator, Iterator
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -65,7 +65,7 @@ class PiperTTS:
         pieces = list(self._synthesize(speakable(text)))
         return np.concatenate(pieces) if pieces else np.zeros(0, dtype=np.float32)
 
-    async def synthesize(self, text: str) -> AsyncIterator[np.ndarray]:
+    async def synthesize(self, text: str) -> AsyncGenerator[np.ndarray, None]:
         """float32 audio at :attr:`sample_rate`, piece by piece."""
         text = speakable(text)
         if not text:

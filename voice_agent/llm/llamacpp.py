@@ -20,7 +20,7 @@ import logging
 import math
 import os
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncGenerator, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -115,9 +115,8 @@ class LlamaCppBackend:
         prefix, waiting for it is quicker than evaluating it all again
         elsewhere; if it is generating an answer, the best idle one will do.
         """
-        if self._changed is None:  # created lazily: it belongs to the serving loop
-            self._changed = asyncio.Condition()
-        async with self._changed:
+        changed = self._condition()
+        async with changed:
             while True:
                 best = max(self._instances, key=lambda c: (c.shared_prefix(messages), not c.busy))
                 if best.busy and not best.prefilling:
@@ -125,17 +124,23 @@ class LlamaCppBackend:
                     best = max(idle, key=lambda candidate: candidate.shared_prefix(messages), default=best)
                 if not best.busy:
                     break
-                await self._changed.wait()
+                await changed.wait()
             best.busy = True
             best.last_messages = messages
             return best
 
     async def _give_back(self, instance: _Instance) -> None:
-        async with self._changed:
+        changed = self._condition()
+        async with changed:
             instance.busy = instance.prefilling = False
-            self._changed.notify_all()
+            changed.notify_all()
 
-    async def stream_chat(self, messages: list[Message]) -> AsyncIterator[str]:
+    def _condition(self) -> asyncio.Condition:
+        if self._changed is None:  # created lazily: it belongs to the serving loop
+            self._changed = asyncio.Condition()
+        return self._changed
+
+    async def stream_chat(self, messages: list[Message]) -> AsyncGenerator[str, None]:
         instance = await self._take(messages)
         try:
             # A few tokens ahead at most: a reader that pauses pauses the computation.

@@ -18,7 +18,7 @@ import asyncio
 import json
 import logging
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 
 import httpx
 
@@ -103,7 +103,7 @@ class OpenAICompatBackend:
             limits=httpx.Limits(max_connections=None, max_keepalive_connections=32),
         )
 
-    async def stream_chat(self, messages: list[Message]) -> AsyncIterator[str]:
+    async def stream_chat(self, messages: list[Message]) -> AsyncGenerator[str, None]:
         if not self.model:
             self.model = await self._served_model()
         body = {

@@ -18,7 +18,7 @@ import os
 import shutil
 import tempfile
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from pathlib import Path
 
 from .base import Message
@@ -108,7 +108,7 @@ class VLLMBackend:
         text = self._tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
         return self._tokenizer.encode(text, add_special_tokens=False)
 
-    async def stream_chat(self, messages: list[Message]) -> AsyncIterator[str]:
+    async def stream_chat(self, messages: list[Message]) -> AsyncGenerator[str, None]:
         from vllm import SamplingParams
         from vllm.inputs import tokens_input
         from vllm.sampling_params import RequestOutputKind

@@ -108,3 +108,15 @@ def test_the_turn_ends_sooner_only_when_the_signals_agree():
 def test_the_confident_silence_is_never_longer_than_the_complete_one():
     detector = TurnDetector(complete_ms=150, confident_ms=200)
     assert detector.required_silence_ms(signals("Are you open?", logprob=-0.1)) == 150
+
+
+def test_a_finished_statement_waits_longer_than_a_question():
+    detector = TurnDetector(complete_ms=350, default_ms=600, incomplete_ms=2000, confident_ms=200, statement_ms=550)
+    assert detector.required_silence_ms(signals("I'd like a table for four people.", logprob=-0.3)) == 550
+    assert detector.required_silence_ms(signals("Are you open tonight?")) == 350  # a question, the rules alone
+    assert detector.required_silence_ms(signals("Are you open tonight?", logprob=-0.2)) == 200
+    # The answer to what the agent asked is not a statement that may go on.
+    assert detector.required_silence_ms(signals("Yes.", answer=Completeness.COMPLETE)) == 200
+    assert detector.required_silence_ms(signals("That sounds good.", logprob=-3.1)) == 600
+    # Never sooner than a complete sentence's silence.
+    assert TurnDetector(complete_ms=700, statement_ms=550).required_silence_ms("I'd like a table.") == 700

@@ -97,6 +97,7 @@ class Listener:
             settings.end_silence_incomplete_ms,
             settings.max_turn_s,
             settings.end_silence_confident_ms,
+            settings.end_silence_statement_ms,
         )
         self._analysed = 0  # samples the VAD has seen
         self._speech_run_ms = 0.0

@@ -165,6 +165,10 @@ def fused_completeness(signals: TurnSignals) -> Completeness:
     return level
 
 
+def _is_question(transcript: str | None) -> bool:
+    return transcript is not None and transcript.rstrip().endswith("?")
+
+
 def signals_agree_it_is_over(signals: TurnSignals) -> bool:
     """A question, or the answer to the agent's question, that no signal doubts, and at least two signals back.
 
@@ -175,7 +179,7 @@ def signals_agree_it_is_over(signals: TurnSignals) -> bool:
         return False
     if signals.answer is Completeness.COMPLETE:
         return True
-    if fused_completeness(signals) is not Completeness.COMPLETE or not signals.transcript.rstrip().endswith("?"):
+    if fused_completeness(signals) is not Completeness.COMPLETE or not _is_question(signals.transcript):
         return False
     logprob, audio = signals.end_of_turn_logprob, signals.audio_end_probability
     if logprob is None and audio is None:
@@ -191,6 +195,7 @@ class TurnDetector:
         incomplete_ms: int = 2000,
         max_turn_s: float = 30.0,
         confident_ms: int = 200,
+        statement_ms: int | None = None,
     ):
         self._silence_ms = {
             Completeness.COMPLETE: complete_ms,
@@ -198,6 +203,9 @@ class TurnDetector:
             Completeness.INCOMPLETE: incomplete_ms,
         }
         self.confident_ms = min(confident_ms, complete_ms)
+        # A finished statement may be followed by more ("Yes. ... And a dessert?");
+        # a question hands the turn over. None: statements wait like questions.
+        self.statement_ms = complete_ms if statement_ms is None else max(statement_ms, complete_ms)
         self.max_turn_ms = max_turn_s * 1000.0
 
     def required_silence_ms(self, signals: TurnSignals | str | None) -> int:
@@ -206,7 +214,10 @@ class TurnDetector:
             signals = TurnSignals(signals)
         if signals_agree_it_is_over(signals):
             return self.confident_ms
-        return self._silence_ms[fused_completeness(signals)]
+        level = fused_completeness(signals)
+        if level is Completeness.COMPLETE and signals.answer is None and not _is_question(signals.transcript):
+            return self.statement_ms
+        return self._silence_ms[level]
 
     def is_turn_over(self, silence_ms: float, signals: TurnSignals | str | None, turn_ms: float = 0.0) -> bool:
         if turn_ms >= self.max_turn_ms:

@@ -131,10 +131,13 @@ class Settings:
         "an audio end-of-turn model weighed in the decision. Empty: not used.",
         "turn",
     )
-    # About a second: a user who resumes that soon was pausing, not done
-    # (docs/endpointing.md, "The graceful way out").
+    # A speaker who was only pausing resumes within about half a second of the
+    # agent's voice (the agent starts 550 to 650 ms into a pause after a
+    # statement). Longer, and a listener's "mm-hm" or a cough pauses the agent
+    # until its words are checked: in scripts/bargein_eval, whose probes come
+    # 800 ms into the answer, 1000 paused it for 0.5 to 2.6 s on 4 of 7 noises.
     reply_grace_ms: int = _opt(
-        1000,
+        700,
         "After the agent starts answering, this long: if the user goes on speaking, the answer is "
         "withdrawn at once (not kept in the history) and both parts become one user turn. 0: off.",
         "turn",

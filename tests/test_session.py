@@ -605,6 +605,20 @@ async def test_the_user_going_on_right_after_the_answer_starts_withdraws_it_and_
     await h.session.close()
 
 
+async def test_a_continuation_that_ends_before_its_words_are_checked_is_transcribed_with_the_first_part():
+    h = Harness(answer=" ".join(f"w{i}." for i in range(40)), reply_grace_ms=1000)
+    await h.feed(tone(0.5), realtime=False)
+    await h.feed(quiet(0.3))
+    await h.until(lambda: h.of(AgentAudio))
+    h.stt.delay = 0.25  # the check is still running when the pause's transcription starts
+    await h.feed(tone(0.3))
+    await h.feed(quiet(0.6))
+    h.stt.delay = 0.01
+    await h.until(lambda: len(h.session.history) == 2)
+    assert h.session.history[0]["content"].count("word") >= 7  # both parts, not the 3 words after the answer
+    await h.session.close()
+
+
 async def test_a_noise_right_after_the_answer_starts_only_pauses_it():
     h = Harness(answer=" ".join(f"w{i}." for i in range(20)), reply_grace_ms=1000)
     await h.feed(tone(0.5), realtime=False)

@@ -280,7 +280,7 @@ class Session:
                 }
             )
         )
-        turn.start = min(turn.start, answered_start)
+        turn.extend_back(answered_start)
         turn.may_withdraw = False
 
     def _interrupt(self) -> None:
@@ -354,7 +354,9 @@ class Session:
                     self.engines.llm if self.settings.end_of_turn_llm else None,
                     self.conversation.messages_for(text),
                     self.engines.smart_turn,
-                    self.listener.timeline.slice(turn.start, self.listener.timeline.received),
+                    None
+                    if self.engines.smart_turn is None
+                    else self.listener.timeline.slice(turn.start, self.listener.timeline.received),
                 )
             )
         if (

@@ -33,7 +33,7 @@ class PauseSignals:
         llm: LLMBackend | None,
         messages: list[Message],
         smart_turn: SmartTurn | None,
-        audio: np.ndarray,
+        audio: np.ndarray | None,  # the turn's audio so far, for smart_turn
     ):
         self.text = text
         self.answer = answer_completeness(expectation(agent_text), text)
@@ -44,7 +44,7 @@ class PauseSignals:
         if llm is not None:
             self._llm = asyncio.create_task(llm.end_of_turn_logprob(messages))
             self._llm.add_done_callback(lambda _: setattr(self, "llm_ms", (time.monotonic() - started) * 1000.0))
-        if smart_turn is not None:
+        if smart_turn is not None and audio is not None:
             self._audio = asyncio.create_task(smart_turn.complete_probability(audio))
 
     def current(self) -> TurnSignals:

@@ -129,6 +129,20 @@ class UserTurn:
             return None
         return task.result()
 
+    def extend_back(self, start: int) -> None:
+        """The turn begins at ``start`` instead (it continues a turn whose answer was withdrawn).
+
+        What was transcribed or prepared for the later start alone is stale.
+        """
+        self.start = min(self.start, start)
+        if self._speculative is not None:
+            self._speculative.cancel()
+        self._speculative, self._speculative_upto = None, -1
+        self.drop_prepared()
+        if self.signals is not None:
+            self.signals.cancel()
+        self.signals, self._signals_upto = None, -1
+
     @property
     def needs_signals(self) -> bool:
         """Whether the speculative transcript has no end-of-turn signals asked for yet."""

@@ -14,6 +14,7 @@ from voice_agent.protocols.events import (
     Clear,
     Error,
     Metrics,
+    SessionStarted,
     TextReceived,
     Transcript,
 )
@@ -143,6 +144,7 @@ class Harness:
             output_lead_ms=100,
             first_chunk_min_words=3,
             reply_grace_ms=0,  # the graceful way out has tests of its own
+            answer_max_sentences=0,  # the scripted answers are long on purpose
         )
         self.settings = Settings(**{**defaults, **settings})
         self.events: list = []
@@ -211,6 +213,16 @@ async def test_barge_in_stops_every_stage_and_keeps_only_what_was_heard():
     assert h.finals("agent")[-1] == heard
     await asyncio.sleep(0.3)
     assert [e for e in h.events[clear_at:] if isinstance(e, AgentAudio)] == []
+    await h.session.close()
+
+
+async def test_answers_stop_at_the_sentence_limit_but_a_greeting_is_said_whole():
+    h = Harness(answer="One two three. Four five six. Seven eight nine.", answer_max_sentences=2)
+    h.session.handle(SessionStarted(RATE, {"greeting": "Hello there. Welcome to the shop. How can I help?"}))
+    await h.until(lambda: h.finals("agent"))
+    h.session.handle(TextReceived("hello"))
+    await h.until(lambda: len(h.finals("agent")) == 2)
+    assert h.finals("agent") == ["Hello there. Welcome to the shop. How can I help?", "One two three. Four five six."]
     await h.session.close()
 
 

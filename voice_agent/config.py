@@ -23,10 +23,19 @@ from typing import Any
 
 ENV_PREFIX = "VOICE_AGENT_"
 
+# The spoken-answer contract, then a few answers that keep it: chosen with
+# voice-agent bench answers (docs/answers.md). Examples written as quotations,
+# not as "Caller: / You:" lines, which the model copied into its answers.
+SPOKEN_ANSWER_RULES = (
+    "You are a friendly voice assistant talking with a caller. Everything you write is read aloud. "
+    "Answer in one or two short sentences of plain spoken English, under 30 words. "
+    "Never use lists, headings, markdown, emojis, links or code. Never repeat the caller's words or your own."
+)
 DEFAULT_SYSTEM_PROMPT = (
-    "You are a friendly voice assistant in a spoken conversation. "
-    "Answer in one or two short sentences of plain spoken English. "
-    "Never use lists, markdown, emojis or code."
+    SPOKEN_ANSWER_RULES + ' For example, to "How do I get to the station?" you might say "Take the number five bus '
+    'from the main square, it takes ten minutes." To "Tell me a joke." you might say "Why don\'t eggs tell '
+    'jokes? They would crack each other up." To "I\'d like a table for two at eight." you might say '
+    '"Of course. What name should I put the booking under?"'
 )
 
 
@@ -217,6 +226,22 @@ class Settings:
     system_prompt: str = _opt(DEFAULT_SYSTEM_PROMPT, "System prompt for every session.", "llm")
     llm_max_tokens: int = _opt(120, "Maximum tokens in one answer.", "llm")
     llm_temperature: float = _opt(0.3, "Sampling temperature.", "llm")
+    # Chosen with voice-agent bench answers (docs/answers.md), for the embedded SmolLM2.
+    llm_repeat_penalty: float = _opt(
+        1.0,
+        "Penalty on tokens the answer already used (llama.cpp repeat_penalty, over the last 64 tokens; "
+        "vLLM repetition_penalty); 1 is off. Sent to an OpenAI-compatible endpoint only when not 1.",
+        "llm",
+    )
+    # 0.5 cut the loops the guard had to stop from 6 to 2 in 50 answers, and kept
+    # them shortest; unlike the repeat penalty, every OpenAI-compatible API takes it.
+    llm_frequency_penalty: float = _opt(0.5, "Penalty growing with each use of a token; 0 is off.", "llm")
+    llm_presence_penalty: float = _opt(0.0, "Penalty on any token already used; 0 is off.", "llm")
+    answer_max_sentences: int = _opt(
+        2,
+        "The answer ends after this many sentences, whatever the model writes on; 0 means no limit.",
+        "llm",
+    )
     # Prompts are evaluated in batches, which spread over cores (54 tokens: 3.6 ms
     # a token with 2 threads, 7.0 with 1); generating is one token at a time, and
     # llama.cpp's second thread meets the first at an OpenMP barrier after every
@@ -324,19 +349,47 @@ class Settings:
         "about 50); a client over it is closed with 1008. 0 means no limit.",
         "limits",
     )
+    # 48 kHz PCM16 is 96 KB/s and a Twilio stream about 14 KB/s; the 2 s burst takes one message of the
+    # largest size the server accepts (1 MiB).
+    max_bytes_per_s: int = _opt(
+        512 * 1024,
+        "Bytes (of text messages: characters) a client may send per second, averaged with a 2 s burst; "
+        "a client over it is closed with 1008. 0 means no limit.",
+        "limits",
+    )
+    max_sessions_per_client: int = _opt(
+        4,
+        "Concurrent sessions from one client address; further connections are closed with 1013 "
+        "(reason 'too many sessions from this address'). Behind a proxy, see docs/operations.md. 0 means no limit.",
+        "limits",
+    )
 
     # Access control (see docs/operations.md)
     auth_token: str = _opt(
         "",
         "Shared secret /ws clients must present, as 'Authorization: Bearer TOKEN' or ?token=TOKEN; "
-        "others get HTTP 401. Empty lets anyone in. Prefer the environment variable: flags show in ps.",
+        "others get HTTP 401. With it set, /twilio and /telnyx take only streams carrying "
+        "--telephony-token and are closed without one, and /metrics asks for it too (see --public-metrics). "
+        "Empty lets anyone in. Prefer the environment variable: flags show in ps.",
         "access",
     )
     allowed_origins: tuple[str, ...] = _opt(
         (),
-        "Comma-separated browser origins (scheme://host[:port]) allowed to open a WebSocket; a "
-        "handshake carrying another Origin gets HTTP 403. Clients that send no Origin (not browsers) "
-        "are unaffected. Empty allows every origin.",
+        "Comma-separated browser origins (scheme://host[:port]) allowed to open a WebSocket, or * for "
+        "any; a handshake carrying another Origin gets HTTP 403. Empty allows only same-origin pages "
+        "(the Origin's host is the Host header). Clients that send no Origin (not browsers) are unaffected.",
+        "access",
+    )
+    allow_client_prompt: bool = _opt(
+        False,
+        "Let clients set the system prompt and the greeting (the native start message, Twilio and "
+        "Telnyx custom parameters), up to 4000 and 500 characters; off: they get an "
+        "option_not_allowed error and the session keeps the server's.",
+        "access",
+    )
+    public_metrics: bool = _opt(
+        False,
+        "Serve GET /metrics to anyone; off: it asks for --auth-token too, when one is set.",
         "access",
     )
 
@@ -348,6 +401,11 @@ class Settings:
         "server",
     )
     log_format: str = _opt("text", "Log line format.", "server", ("text", "json"))
+    log_transcripts: bool = _opt(
+        False,
+        "Log what users said (transcripts, typed text) at INFO; off: only at DEBUG (see docs/operations.md).",
+        "server",
+    )
 
     @classmethod
     def from_sources(cls, args: argparse.Namespace | None = None, environ: Mapping[str, str] | None = None) -> Settings:

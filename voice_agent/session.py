@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from . import log as logs
 from .audio import PIPELINE_RATE
 from .barge_in import BargeIn, BargeInPolicy
 from .config import Settings
@@ -101,6 +102,7 @@ class Session:
         self._answer: _Answer | None = None
         self._echo_heard = False  # the agent's own voice came back in this session
         self.overlap_ms_total = 0.0  # agent voice heard by a user who was not done, over the session
+        self._input_seen = False
         self.closed = False
 
     @property
@@ -136,7 +138,12 @@ class Session:
         """Take one input event. Never blocks; long work goes to tasks."""
         if self.closed:
             return
-        if isinstance(event, AudioReceived):
+        late_start = isinstance(event, SessionStarted) and self._input_seen
+        self._input_seen |= isinstance(event, (SessionStarted, AudioReceived, TextReceived))
+        if late_start:
+            # Once, before any input: never a second greeting, nor a rate or prompt switch mid-answer.
+            self._emit(Error("start_after_input", "start must come once, before any audio or text; ignored"))
+        elif isinstance(event, AudioReceived):
             self.listener.feed(event.samples)
         elif isinstance(event, SessionStarted):
             self._on_start(event)
@@ -232,12 +239,12 @@ class Session:
         if self._reply is None:
             return
         if self.settings.barge_in_ignore_echo and self._is_own_voice(turn, text):
-            log.info("session %s: the agent's own voice: %r", self.id, text)
+            log.log(logs.words_level(), "session %s: the agent's own voice: %r", self.id, text)
             self._echo_heard = True
             self._reply.resume()
             return
         if self.barge_in.is_backchannel(text):
-            log.info("session %s: not an interruption: %r", self.id, text)
+            log.log(logs.words_level(), "session %s: not an interruption: %r", self.id, text)
             self._reply.resume()
             return
         self._yield_to(turn, text)
@@ -255,7 +262,8 @@ class Session:
         return self.barge_in.is_own_voice(text, chunks, reply.heard_s(), spoken_s)
 
     def _yield_to(self, turn: UserTurn, text: str) -> None:
-        log.info("session %s: barge-in after %.0f ms of speech %r", self.id, turn.speech_ms, text)
+        log.info("session %s: barge-in after %.0f ms of speech", self.id, turn.speech_ms)
+        log.log(logs.words_level(), "session %s: the words that interrupted: %r", self.id, text)
         turn.over_agent = False
         if turn.may_withdraw and self._answer is not None and self._answer.turn_start is not None:
             self._withdraw(turn, self._answer.turn_start)
@@ -329,7 +337,7 @@ class Session:
             self._say(APOLOGY)
             return
         if not has_words(text) or (turn.over_agent and self.barge_in.is_backchannel(text)):
-            log.info("session %s: turn %d had no words for the agent: %r", self.id, turn.id, text)
+            log.log(logs.words_level(), "session %s: turn %d had no words for the agent: %r", self.id, turn.id, text)
             self._answer = None
             return
         self._emit(Transcript("user", text, final=True))
@@ -390,6 +398,8 @@ class Session:
             user_text=user_text,
             first_chunk_min_words=self.settings.first_chunk_min_words,
             phrase_breaks=self.settings.first_chunk_phrase_breaks,
+            # Fixed words (a greeting, an apology: no user text) are said whole.
+            max_sentences=self.settings.answer_max_sentences if user_text else 0,
             on_first_audio=None if metrics is None else (lambda reply: self._report(reply, metrics)),
             held=held,
             clock=self._clock,

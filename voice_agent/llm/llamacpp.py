@@ -74,6 +74,11 @@ class LlamaCppBackend:
         context: int = 2048,
         max_tokens: int = 120,
         temperature: float = 0.3,
+        repeat_penalty: float = 1.0,
+        frequency_penalty: float = 0.0,
+        presence_penalty: float = 0.0,
+        seed: int | None = None,
+        warm_up_prompt: str = "",
         q8_0: bool = False,
     ):
         from llama_cpp import Llama
@@ -83,6 +88,14 @@ class LlamaCppBackend:
             self.model_path = q8_0_copy(self.model_path)
         self.max_tokens = max_tokens
         self.temperature = temperature
+        # llama.cpp applies these over the last 64 tokens (the Llama default
+        # ``last_n_tokens_size``); its DRY sampler exists only in the low-level
+        # C API, not in ``create_chat_completion``, so it is not used.
+        self.repeat_penalty = repeat_penalty
+        self.frequency_penalty = frequency_penalty
+        self.presence_penalty = presence_penalty
+        self.seed = seed  # None: each instance draws its own sequence of seeds
+        self.warm_up_prompt = warm_up_prompt
         self._executor = ThreadPoolExecutor(instances, thread_name_prefix="llm")
         self._changed: asyncio.Condition | None = None  # an instance was taken or given back
         self._instances: list[_Instance] = []
@@ -261,6 +274,10 @@ class LlamaCppBackend:
             stream=True,
             max_tokens=self.max_tokens,
             temperature=self.temperature,
+            repeat_penalty=self.repeat_penalty,
+            frequency_penalty=self.frequency_penalty,
+            presence_penalty=self.presence_penalty,
+            seed=self.seed,
         )
         for part in stream:
             delta = part["choices"][0]["delta"].get("content")
@@ -283,6 +300,19 @@ class LlamaCppBackend:
 
         # At once, so that every instance runs its first, slow evaluation.
         await asyncio.gather(*(one_answer() for _ in range(self.instances)))
+        if self.warm_up_prompt:
+            # The system prompt, with its example answers, is the longest part of
+            # the first turn's prompt: evaluated now, the first user does not wait for it.
+            system = [{"role": "system", "content": self.warm_up_prompt}]
+            loop = asyncio.get_running_loop()
+            await asyncio.gather(
+                *(
+                    loop.run_in_executor(self._executor, self._evaluate, instance.llama, system)
+                    for instance in self._instances
+                )
+            )
+            for instance in self._instances:
+                instance.last_messages = system
 
     async def close(self) -> None:
         self._executor.shutdown(wait=False, cancel_futures=True)

@@ -83,12 +83,18 @@ class VLLMBackend:
         enforce_eager: bool = False,
         max_tokens: int = 120,
         temperature: float = 0.3,
+        repeat_penalty: float = 1.0,
+        frequency_penalty: float = 0.0,
+        presence_penalty: float = 0.0,
     ):
         from vllm import AsyncEngineArgs, AsyncLLMEngine
 
         self.model = model or str(embedded_model_dir())
         self.max_tokens = max_tokens
         self.temperature = temperature
+        self.repeat_penalty = repeat_penalty
+        self.frequency_penalty = frequency_penalty
+        self.presence_penalty = presence_penalty
         log.info("starting vLLM engine for %s", self.model)
         self.engine = AsyncLLMEngine.from_engine_args(
             AsyncEngineArgs(
@@ -116,6 +122,9 @@ class VLLMBackend:
         params = SamplingParams(
             max_tokens=self.max_tokens,
             temperature=self.temperature,
+            repetition_penalty=self.repeat_penalty,
+            frequency_penalty=self.frequency_penalty,
+            presence_penalty=self.presence_penalty,
             output_kind=RequestOutputKind.DELTA,
         )
         request_id = uuid.uuid4().hex

@@ -44,8 +44,10 @@ class PauseSignals:
         if llm is not None:
             self._llm = asyncio.create_task(llm.end_of_turn_logprob(messages))
             self._llm.add_done_callback(lambda _: setattr(self, "llm_ms", (time.monotonic() - started) * 1000.0))
+            self._llm.add_done_callback(_log_failure)
         if smart_turn is not None and audio is not None:
             self._audio = asyncio.create_task(smart_turn.complete_probability(audio))
+            self._audio.add_done_callback(_log_failure)
 
     def current(self) -> TurnSignals:
         return TurnSignals(
@@ -65,9 +67,12 @@ class PauseSignals:
 
 
 def _result(task: asyncio.Task | None) -> float | None:
-    if task is None or not task.done() or task.cancelled():
-        return None
-    if task.exception() is not None:
-        log.warning("end-of-turn signal failed: %r", task.exception())
+    if task is None or not task.done() or task.cancelled() or task.exception() is not None:
         return None
     return task.result()
+
+
+def _log_failure(task: asyncio.Task) -> None:
+    """Once per signal, not at every VAD window that reads it: the decision goes on without it."""
+    if not task.cancelled() and task.exception() is not None:
+        log.warning("end-of-turn signal failed: %r", task.exception())

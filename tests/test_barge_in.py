@@ -62,7 +62,8 @@ def test_what_counts_as_an_acknowledgement(text, acknowledgement):
         (150, 0, False, BargeIn.NONE),  # its own voice came back before: no pause for it
         (250, 0, False, BargeIn.LISTEN),  # the words are checked while it goes on
         (300, 250, True, BargeIn.NONE),
-        (900, 250, True, BargeIn.INTERRUPT),  # long speech stops it, echo or not
+        (900, 250, True, BargeIn.NONE),  # its echo lasts as long as it talks: the words decide
+        (900, 250, False, BargeIn.LISTEN),
     ],
 )
 def test_after_an_echo_the_words_are_checked_before_the_agent_pauses(speech_ms, checked_ms, checking, expected):

@@ -1,3 +1,5 @@
+"""Echo matching (voice_agent/echo.py): the agent's own words coming back are not the user."""
+
 from voice_agent.echo import MAX_ECHO_DELAY_S, is_echo, timed_words
 
 # An answer of three chunks, as the reply records them: text, start and end in its audio.
@@ -20,6 +22,12 @@ def test_the_agents_own_words_played_at_that_moment_are_echo():
     assert is_echo("From Fresh Pastor to grilled.", SPOKEN, 2.3, 3.6)  # misheard, quieter copy
     # Echo arrives late: the words played up to the echo delay before the speech still count.
     assert is_echo("different dishes", SPOKEN, 2.2 + MAX_ECHO_DELAY_S / 2, 2.6)
+
+
+def test_words_cut_short_at_the_end_of_the_audio_are_echo():
+    spoken = timed_words([("No, I'm not sure about that.", 0.0, 2.0)])
+    assert is_echo("No, I-", spoken, 0.2, 0.9)
+    assert is_echo("No, n", spoken, 0.2, 0.9)  # the lone letter is left out
 
 
 def test_the_user_is_not_echo():

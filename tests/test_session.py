@@ -700,3 +700,22 @@ async def test_echo_is_a_barge_in_when_echo_matching_is_off():
     await h.feed(tone(0.5))
     await h.until(lambda: h.of(Clear))
     await h.session.close()
+
+
+async def test_the_echo_of_an_answers_last_words_is_not_a_user_turn():
+    h = Harness(answer="alpha. bravo. charlie. delta.")
+    await h.feed(tone(0.5), realtime=False)
+    await h.feed(quiet(0.3))
+    await h.until(lambda: h.finals("agent"))
+    h.stt.text = "Charlie. Delta."  # its last words, coming back through the room
+    await h.feed(tone(0.4))
+    await h.feed(quiet(0.5))
+    await asyncio.sleep(0.2)
+    assert len(h.llm.requests) == 1 and len(h.session.history) == 2
+    assert h.finals("user") == ["word word word word word."]
+    # The user's own words just as quickly are a turn.
+    h.stt.text = "And what about dessert?"
+    await h.feed(tone(0.4))
+    await h.feed(quiet(0.5))
+    await h.until(lambda: len(h.llm.requests) == 2)
+    await h.session.close()

@@ -59,7 +59,9 @@ class BargeInPolicy:
         """
         if speech_ms < self.min_speech_ms:
             return BargeIn.NONE
-        if self._backchannels is None or speech_ms >= self.force_ms:
+        # Long speech stops the agent whatever the words, unless its own voice comes
+        # back: then speech over it lasts as long as it talks, and the words decide.
+        if self._backchannels is None or (speech_ms >= self.force_ms and not echo_heard):
             return BargeIn.INTERRUPT
         if speech_ms < self.check_ms or checking or speech_ms - checked_ms < BARGE_RECHECK_MS:
             return BargeIn.NONE if echo_heard else BargeIn.PAUSE

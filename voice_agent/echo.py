@@ -56,7 +56,8 @@ def is_echo(heard: str, spoken: list[TimedWord], from_s: float, to_s: float) -> 
     heard. Words the agent said up to an echo delay before that span count.
     No words at all is not echo: a cough is for the backchannel rules.
     """
-    heard_words = words_of(heard)
+    # A lone letter is a fragment or a hum, not evidence either way ("No, n" for "No, not").
+    heard_words = [word for word in words_of(heard) if len(word) > 1 or word in ("i", "a")]
     if not heard_words:
         return False
     earliest, latest = from_s - MAX_ECHO_DELAY_S - TIMING_SLACK_S, to_s + TIMING_SLACK_S
@@ -67,5 +68,6 @@ def is_echo(heard: str, spoken: list[TimedWord], from_s: float, to_s: float) -> 
     return found >= ECHO_SHARE * len(heard_words)
 
 
-def _similar(a: str, b: str) -> bool:
-    return a == b or SequenceMatcher(None, a, b).ratio() >= WORD_SIMILARITY
+def _similar(heard: str, said: str) -> bool:
+    # Whisper cuts the last word of the audio short ("No, I-" for "No, I'm"): a prefix counts.
+    return heard == said or said.startswith(heard) or SequenceMatcher(None, heard, said).ratio() >= WORD_SIMILARITY

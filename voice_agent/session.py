@@ -49,6 +49,14 @@ from .user_turn import TurnMetrics, UserTurn
 log = logging.getLogger(__name__)
 
 APOLOGY = "Sorry, something went wrong on my side. Could you say that again?"
+# A turn that begins this soon after an answer ended may be that answer's echo
+# coming back (the echo path, and the pre-roll kept before speech).
+ECHO_TAIL_S = 1.0
+
+
+def _timed_chunks(reply: Reply) -> list[tuple[str, float, float]]:
+    """Each chunk of ``reply`` the user may have heard: its text, and its start and end in the answer's audio."""
+    return [(c.text, c.start_s, c.end_s if c.end_s is not None else c.start_s + c.synthesized_s) for c in reply.chunks]
 
 
 class TurnState(enum.Enum):
@@ -101,6 +109,7 @@ class Session:
         )
         self._answer: _Answer | None = None
         self._echo_heard = False  # the agent's own voice came back in this session
+        self._finished: tuple[Reply, float] | None = None  # the last answer played to its end, and when
         self.overlap_ms_total = 0.0  # agent voice heard by a user who was not done, over the session
         self._input_seen = False
         self.closed = False
@@ -251,15 +260,23 @@ class Session:
         if self.listener.turn is not turn:
             self.commit(turn)  # it ended while we listened: answer it now that the agent is quiet
 
+    def _echoes_last_answer(self, turn: UserTurn, text: str) -> bool:
+        """A "turn" that began as the last answer's final words came back (a speakerphone's echo tail)."""
+        if not self.settings.barge_in_ignore_echo or self._finished is None:
+            return False
+        reply, ended_at = self._finished
+        began_at = self.listener.timeline.arrival_time(turn.start)
+        if began_at > ended_at + ECHO_TAIL_S:
+            return False
+        spoken_s = (turn.last_speech - turn.start) / PIPELINE_RATE
+        return self.barge_in.is_own_voice(text, _timed_chunks(reply), reply.heard_s(), spoken_s)
+
     def _is_own_voice(self, turn: UserTurn, text: str) -> bool:
         reply = self._reply
         if reply is None:
             return False
-        chunks = [
-            (c.text, c.start_s, c.end_s if c.end_s is not None else c.start_s + c.synthesized_s) for c in reply.chunks
-        ]
         spoken_s = (turn.last_speech - turn.start) / PIPELINE_RATE
-        return self.barge_in.is_own_voice(text, chunks, reply.heard_s(), spoken_s)
+        return self.barge_in.is_own_voice(text, _timed_chunks(reply), reply.heard_s(), spoken_s)
 
     def _yield_to(self, turn: UserTurn, text: str) -> None:
         log.info("session %s: barge-in after %.0f ms of speech", self.id, turn.speech_ms)
@@ -340,6 +357,11 @@ class Session:
             log.log(logs.words_level(), "session %s: turn %d had no words for the agent: %r", self.id, turn.id, text)
             self._answer = None
             return
+        if self._echoes_last_answer(turn, text):
+            log.log(logs.words_level(), "session %s: turn %d was the agent's own voice: %r", self.id, turn.id, text)
+            self._echo_heard = True
+            self._answer = None
+            return
         self._emit(Transcript("user", text, final=True))
         if (prepared := turn.prepared()) is not None:
             reply, running = prepared
@@ -352,6 +374,8 @@ class Session:
 
     def user_pauses(self, turn: UserTurn, text: str, stt_ms: float) -> None:
         """Ask the end-of-turn signals about the speculative transcript, and start answering it, held back."""
+        if self._echoes_last_answer(turn, text):
+            return  # nothing to prepare: the commit drops it
         if turn.needs_signals and has_words(text) and self.state is not TurnState.SPEAKING:
             # Asked before the answer starts: the LLM's reading is the start of the answer's
             # own prompt evaluation, and the answer waits for it rather than repeat it.
@@ -422,6 +446,7 @@ class Session:
             self._emit(Error("reply_failed", f"the answer failed: {type(exc).__name__}"))
             failed = True
         if self._answer is answer:
+            self._finished = (reply, self._clock())
             self._emit(Transcript("agent", reply.text, final=True))
             self.conversation.remember(reply.user_text, reply.text)
             self._answer = None

@@ -713,8 +713,8 @@ async def test_the_echo_of_an_answers_last_words_is_not_a_user_turn():
     await asyncio.sleep(0.2)
     assert len(h.llm.requests) == 1 and len(h.session.history) == 2
     assert h.finals("user") == ["word word word word word."]
-    # The user's own words just as quickly are a turn.
-    h.stt.text = "And what about dessert?"
+    # The user's own words just as quickly are a turn, even run into the echo's last word.
+    h.stt.text = "Delta. And what about dessert?"
     await h.feed(tone(0.4))
     await h.feed(quiet(0.5))
     await h.until(lambda: len(h.llm.requests) == 2)

@@ -15,7 +15,7 @@ import re
 from collections.abc import Iterable
 
 from .config import Settings
-from .echo import is_echo, timed_words
+from .echo import ECHO_SHARE, is_echo, timed_words
 
 BARGE_RECHECK_MS = 160  # more overlapping speech since the last check: look again
 
@@ -68,14 +68,16 @@ class BargeInPolicy:
         return BargeIn.LISTEN if echo_heard else BargeIn.CHECK
 
     @staticmethod
-    def is_own_voice(heard: str, chunks: list[tuple[str, float, float]], playing_s: float, spoken_s: float) -> bool:
+    def is_own_voice(
+        heard: str, chunks: list[tuple[str, float, float]], playing_s: float, spoken_s: float, share: float = ECHO_SHARE
+    ) -> bool:
         """Whether ``heard`` is the agent's answer coming back (:mod:`.echo`).
 
         ``chunks`` are the answer's (text, start, end) in its audio,
         ``playing_s`` where its playback is now, ``spoken_s`` how long the
-        overlapping speech lasts.
+        overlapping speech lasts; ``share`` of the heard words must be the agent's.
         """
-        return is_echo(heard, timed_words(chunks), playing_s - spoken_s, playing_s)
+        return is_echo(heard, timed_words(chunks), playing_s - spoken_s, playing_s, share)
 
     def is_backchannel(self, text: str) -> bool:
         """Only acknowledgement words, or no words at all (a cough, a door).

@@ -24,6 +24,9 @@ TIMING_SLACK_S = 0.6
 WORD_SIMILARITY = 0.75
 # Share of the heard words that must be found among the agent's words.
 ECHO_SHARE = 0.6
+# A turn that is all echo: a user's question right after an answer runs into
+# the answer's echo tail and shares some of its words, but not nearly all.
+WHOLE_ECHO_SHARE = 0.9
 
 _WORD = re.compile(r"[a-z0-9']+")
 
@@ -48,7 +51,7 @@ def timed_words(chunks: Iterable[tuple[str, float, float]]) -> list[TimedWord]:
     return placed
 
 
-def is_echo(heard: str, spoken: list[TimedWord], from_s: float, to_s: float) -> bool:
+def is_echo(heard: str, spoken: list[TimedWord], from_s: float, to_s: float, share: float = ECHO_SHARE) -> bool:
     """Whether the words ``heard`` are the agent's own, played between ``from_s`` and ``to_s``.
 
     ``from_s`` and ``to_s`` are positions in the answer's audio: where the
@@ -65,7 +68,7 @@ def is_echo(heard: str, spoken: list[TimedWord], from_s: float, to_s: float) -> 
     if not candidates:
         return False
     found = sum(any(_similar(word, candidate) for candidate in candidates) for word in heard_words)
-    return found >= ECHO_SHARE * len(heard_words)
+    return found >= share * len(heard_words)
 
 
 def _similar(heard: str, said: str) -> bool:

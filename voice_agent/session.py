@@ -23,6 +23,7 @@ from .audio import PIPELINE_RATE
 from .barge_in import BargeIn, BargeInPolicy
 from .config import Settings
 from .conversation import Conversation
+from .echo import WHOLE_ECHO_SHARE
 from .engines import Engines
 from .listener import Listener
 from .llm.base import LLMBackend, Message
@@ -269,7 +270,7 @@ class Session:
         if began_at > ended_at + ECHO_TAIL_S:
             return False
         spoken_s = (turn.last_speech - turn.start) / PIPELINE_RATE
-        return self.barge_in.is_own_voice(text, _timed_chunks(reply), reply.heard_s(), spoken_s)
+        return self.barge_in.is_own_voice(text, _timed_chunks(reply), reply.heard_s(), spoken_s, WHOLE_ECHO_SHARE)
 
     def _is_own_voice(self, turn: UserTurn, text: str) -> bool:
         reply = self._reply

@@ -118,11 +118,12 @@ class Settings:
         "finished, or a whole answer to what the agent asked (a full phone number, yes to a yes/no question).",
         "turn",
     )
-    # Above the benchmark's 350 and below 600 so that its p95 (statements are 8
-    # of its 18 turns) stays under 700 ms; the synthetic "Yes. ... And a dessert?"
-    # pauses 541 ms. docs/endpointing.md, "Turn signals".
+    # As a question by default: 550 spared more real pauses offline (AMI: 12 of 31
+    # cut instead of 19) but not in the real group's eval (5 of 10 heard), and
+    # cost the benchmark about 60 ms of median (598 against 539 ms, one run each).
+    # docs/endpointing.md, "Turn signals".
     end_silence_statement_ms: int = _opt(
-        550,
+        350,
         "Silence that ends a turn after a complete sentence that is not a question "
         "(a statement may be followed by more; a question hands the turn over).",
         "turn",

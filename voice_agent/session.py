@@ -24,6 +24,7 @@ from .audio import PIPELINE_RATE
 from .barge_in import BargeIn, BargeInPolicy
 from .config import Settings
 from .conversation import Conversation
+from .echo import WHOLE_ECHO_SHARE
 from .engines import Engines
 from .listener import PREROLL_SAMPLES, Listener
 from .llm.base import LLMBackend, Message
@@ -44,6 +45,7 @@ from .protocols.events import (
 )
 from .reply import Reply
 from .turn import has_words
+from .turn_signals import PauseSignals
 from .user_turn import TurnMetrics, UserTurn
 
 if TYPE_CHECKING:  # only a session with an agent uses them, and is handed them
@@ -53,6 +55,14 @@ if TYPE_CHECKING:  # only a session with an agent uses them, and is handed them
 log = logging.getLogger(__name__)
 
 APOLOGY = "Sorry, something went wrong on my side. Could you say that again?"
+# A turn that begins this soon after an answer ended may be that answer's echo
+# coming back (the echo path, and the pre-roll kept before speech).
+ECHO_TAIL_S = 1.0
+
+
+def _timed_chunks(reply: Reply) -> list[tuple[str, float, float]]:
+    """Each chunk of ``reply`` the user may have heard: its text, and its start and end in the answer's audio."""
+    return [(c.text, c.start_s, c.end_s if c.end_s is not None else c.start_s + c.synthesized_s) for c in reply.chunks]
 
 
 class TurnState(enum.Enum):
@@ -70,10 +80,16 @@ class _Answer:
     turn_start: int | None
     task: asyncio.Task | None = None
     reply: Reply | None = None  # set once it is the reply the user hears
+    voiced_at: float | None = None  # when its first audio went out
+    grace_taken = False  # the user went on within the grace: the next speech window's turn may withdraw it
 
     @property
     def heard_nothing(self) -> bool:
         return self.reply is None or not self.reply.started_audio
+
+    def in_grace(self, now: float, grace_ms: float) -> bool:
+        """Whether the user going on now means they were not done (the graceful way out)."""
+        return self.turn_start is not None and self.voiced_at is not None and (now - self.voiced_at) * 1000 <= grace_ms
 
 
 class Session:
@@ -104,6 +120,9 @@ class Session:
         if agent is not None:
             self.conversation.system_prompt = agent.instructions
         self._answer: _Answer | None = None
+        self._echo_heard = False  # the agent's own voice came back in this session
+        self._finished: tuple[Reply, float] | None = None  # the last answer played to its end, and when
+        self.overlap_ms_total = 0.0  # agent voice heard by a user who was not done, over the session
         self._input_seen = False
         self.closed = False
 
@@ -202,27 +221,46 @@ class Session:
     # Turn taking: what the listener asks.
 
     def begin_turn(self, start: int) -> tuple[int, bool]:
-        if self._answer is not None and self._answer.heard_nothing:
+        answer = self._answer
+        if answer is not None and answer.heard_nothing:
             # The user went on before the agent said anything: one turn, not two.
-            if self._answer.turn_start is not None:
-                start = self._answer.turn_start
+            if answer.turn_start is not None:
+                start = answer.turn_start
             self._cancel_answer()
+        elif (
+            answer is not None
+            and answer.reply is not None
+            and not self._echo_heard  # on a speakerphone its own voice would withdraw every answer
+            and answer.in_grace(self._clock(), self.settings.reply_grace_ms)
+        ):
+            # The user goes on right after the agent began: they were only pausing.
+            # Silent at once; if it is words, the answer is withdrawn (user_speaks).
+            answer.reply.pause()
+            answer.grace_taken = True
         return start, self.state is TurnState.SPEAKING
 
     def unanswered_start(self) -> int | None:
-        return self._answer.turn_start if self._answer is not None and self._answer.heard_nothing else None
+        answer = self._answer
+        if answer is None or not (answer.heard_nothing or answer.in_grace(self._clock(), self.settings.reply_grace_ms)):
+            return None
+        return answer.turn_start
 
     def user_speaks(self, turn: UserTurn) -> None:
         """Interrupt the agent for real speech, not for "mm-hm" or a cough (:mod:`.barge_in`)."""
-        if self._reply is None:
+        if self._answer is None or self._reply is None:
             return
+        if self._answer.grace_taken:
+            self._answer.grace_taken = False
+            turn.may_withdraw = True
         checking = turn.barge_check is not None and not turn.barge_check.done()
-        action = self.barge_in.decide(turn.speech_ms, turn.barge_checked_ms, checking)
+        echo_heard = self._echo_heard and not turn.may_withdraw
+        action = self.barge_in.decide(turn.speech_ms, turn.barge_checked_ms, checking, echo_heard)
         if action is BargeIn.INTERRUPT:
             self._yield_to(turn, "")
         elif action is not BargeIn.NONE:
-            self._reply.pause()  # fall silent at once, as a person would, while the words are checked
-            if action is BargeIn.CHECK:
+            if action is not BargeIn.LISTEN:
+                self._reply.pause()  # fall silent at once, as a person would, while the words are checked
+            if action in (BargeIn.CHECK, BargeIn.LISTEN):
                 turn.barge_checked_ms = turn.speech_ms
                 turn.barge_check = asyncio.create_task(self._check_barge_in(turn, turn.audio()))
 
@@ -234,6 +272,11 @@ class Session:
             text = "?"  # unknown words: treat as speech
         if self._reply is None:
             return
+        if self.settings.barge_in_ignore_echo and self._is_own_voice(turn, text):
+            log.log(logs.words_level(), "session %s: the agent's own voice: %r", self.id, text)
+            self._echo_heard = True
+            self._reply.resume()
+            return
         if self.barge_in.is_backchannel(text):
             log.log(logs.words_level(), "session %s: not an interruption: %r", self.id, text)
             self._reply.resume()
@@ -242,11 +285,53 @@ class Session:
         if self.listener.turn is not turn:
             self.commit(turn)  # it ended while we listened: answer it now that the agent is quiet
 
+    def _echoes_last_answer(self, turn: UserTurn, text: str) -> bool:
+        """A "turn" that began as the last answer's final words came back (a speakerphone's echo tail)."""
+        if not self.settings.barge_in_ignore_echo or self._finished is None:
+            return False
+        reply, ended_at = self._finished
+        began_at = self.listener.timeline.arrival_time(turn.start)
+        if began_at > ended_at + ECHO_TAIL_S:
+            return False
+        spoken_s = (turn.last_speech - turn.start) / PIPELINE_RATE
+        return self.barge_in.is_own_voice(text, _timed_chunks(reply), reply.heard_s(), spoken_s, WHOLE_ECHO_SHARE)
+
+    def _is_own_voice(self, turn: UserTurn, text: str) -> bool:
+        reply = self._reply
+        if reply is None:
+            return False
+        spoken_s = (turn.last_speech - turn.start) / PIPELINE_RATE
+        return self.barge_in.is_own_voice(text, _timed_chunks(reply), reply.heard_s(), spoken_s)
+
     def _yield_to(self, turn: UserTurn, text: str) -> None:
         log.info("session %s: barge-in after %.0f ms of speech", self.id, turn.speech_ms)
         log.log(logs.words_level(), "session %s: the words that interrupted: %r", self.id, text)
         turn.over_agent = False
-        self._interrupt()
+        if turn.may_withdraw and self._answer is not None and self._answer.turn_start is not None:
+            self._withdraw(turn, self._answer.turn_start)
+        else:
+            self._interrupt()
+
+    def _withdraw(self, turn: UserTurn, answered_start: int) -> None:
+        """The graceful way out: the user was not done. The answer goes, and both parts become one turn."""
+        reply = self._reply
+        self._cancel_answer()
+        overlap_ms = 0.0 if reply is None else reply.heard_s() * 1000.0
+        self.overlap_ms_total += overlap_ms
+        log.info("session %s: answer withdrawn, the user goes on (%.0f ms of it heard)", self.id, overlap_ms)
+        self._emit(Clear())
+        self._emit(
+            Metrics(
+                {
+                    "turn": None if reply is None else reply.turn,
+                    "withdrawn": True,
+                    "overlap_ms": round(overlap_ms, 1),
+                    "overlap_total_ms": round(self.overlap_ms_total, 1),
+                }
+            )
+        )
+        turn.extend_back(answered_start)
+        turn.may_withdraw = False
 
     def _interrupt(self) -> None:
         """Stop the agent now: every stage, the client's buffer, and the history."""
@@ -277,6 +362,7 @@ class Session:
             self._reply.resume()
             return
         metrics = turn.metrics or TurnMetrics(turn.id)
+        metrics.record_decision(turn)
         timeline = self.listener.timeline
         metrics.speech_end = timeline.arrival_time(timeline.refine_end(turn.last_speech))
         metrics.endpoint_ms = (self._clock() - metrics.speech_end) * 1000.0
@@ -298,6 +384,11 @@ class Session:
             log.log(logs.words_level(), "session %s: turn %d had no words for the agent: %r", self.id, turn.id, text)
             self._answer = None
             return
+        if self._echoes_last_answer(turn, text):
+            log.log(logs.words_level(), "session %s: turn %d was the agent's own voice: %r", self.id, turn.id, text)
+            self._echo_heard = True
+            self._answer = None
+            return
         self._emit(Transcript("user", text, final=True))
         if self.agent is not None:
             self.agent.user_turn(text)
@@ -313,7 +404,24 @@ class Session:
         await self._play(answer, reply, running)
 
     def user_pauses(self, turn: UserTurn, text: str, stt_ms: float) -> None:
-        """Start answering the speculative transcript, held back until the turn is committed."""
+        """Ask the end-of-turn signals about the speculative transcript, and start answering it, held back."""
+        if self._echoes_last_answer(turn, text):
+            return  # nothing to prepare: the commit drops it
+        if turn.needs_signals and has_words(text) and self.state is not TurnState.SPEAKING:
+            # Asked before the answer starts: the LLM's reading is the start of the answer's
+            # own prompt evaluation, and the answer waits for it rather than repeat it.
+            turn.gather(
+                PauseSignals(
+                    text,
+                    self.conversation.agent_last_words(),
+                    self.engines.llm if self.settings.end_of_turn_llm else None,
+                    self.conversation.messages_for(text),
+                    self.engines.smart_turn,
+                    None
+                    if self.engines.smart_turn is None
+                    else self.listener.timeline.slice(turn.start, self.listener.timeline.received),
+                )
+            )
         if (
             not self.settings.preemptive_generation
             or not has_words(text)
@@ -378,6 +486,7 @@ class Session:
             self._emit(Error("reply_failed", f"the answer failed: {type(exc).__name__}"))
             failed = True
         if self._answer is answer:
+            self._finished = (reply, self._clock())
             self._emit(Transcript("agent", reply.text, final=True))
             self._remember(reply, reply.text)
             self._answer = None
@@ -394,6 +503,8 @@ class Session:
             self.conversation.remember(reply.user_text, heard, tool_messages)
 
     def _report(self, reply: Reply, metrics: TurnMetrics) -> None:
+        if self._answer is not None and self._answer.reply is reply:
+            self._answer.voiced_at = reply.timings.first_audio_at
         values = metrics.values(reply.timings)
         log.info("session %s: metrics %s", self.id, values)
         self._emit(Metrics(values))

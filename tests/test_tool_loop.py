@@ -30,6 +30,18 @@ class ScriptedLLM:
             await asyncio.sleep(self.delay_s)
             yield item
 
+    async def prefill(self, messages):
+        pass
+
+    async def end_of_turn_logprob(self, messages):
+        return None  # no opinion: the session's other end-of-turn signals decide
+
+    async def warm_up(self):
+        pass
+
+    async def close(self):
+        pass
+
 
 def call(name: str, arguments: dict | str, id: str = "") -> ToolCall:
     text = arguments if isinstance(arguments, str) else json.dumps(arguments)

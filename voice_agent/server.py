@@ -1,6 +1,6 @@
 """HTTP and WebSocket routes.
 
-``/ws`` speaks the native protocol, ``/twilio`` and ``/telnyx`` speak Media
+``/ws`` speaks the native protocol, ``/v1/realtime`` the OpenAI Realtime protocol, ``/twilio`` and ``/telnyx`` speak Media
 Streams for phone calls (``POST /twilio/voice`` answers a call with the TwiML
 that connects it, see ``docs/telephony.md``), ``/`` serves the browser client
 from ``web/``, ``/healthz`` and ``/readyz`` are the liveness and readiness probes.
@@ -18,6 +18,7 @@ import asyncio
 import contextlib
 import hmac
 import logging
+from collections.abc import Sequence
 from pathlib import Path
 from urllib.parse import parse_qsl
 
@@ -35,7 +36,9 @@ from .connection import Codec, run_session
 from .engines import Engines, load_engines
 from .limits import TRY_AGAIN_LATER, Refused, SessionRegistry
 from .metrics import CONTENT_TYPE, ServerMetrics
+from .protocols.events import InputEvent
 from .protocols.native import NativeProtocol
+from .protocols.realtime import RealtimeProtocol
 from .protocols.twilio import TELNYX, TWILIO, Dialect, MediaStreamsProtocol
 from .twiml import bare_host, connect_stream, is_valid_signature, stream_url
 
@@ -97,7 +100,7 @@ def create_app(settings: Settings, engines: Engines | None = None) -> Starlette:
         await websocket.send_denial_response(response)
         return False
 
-    async def serve(websocket: WebSocket, codec: Codec) -> None:
+    async def serve(websocket: WebSocket, codec: Codec, opening: Sequence[InputEvent] = ()) -> None:
         """Run a session on an accepted WebSocket, if the server can take one now."""
         try:
             if not runtime.ready.is_set():
@@ -109,7 +112,7 @@ def create_app(settings: Settings, engines: Engines | None = None) -> Starlette:
             await websocket.close(TRY_AGAIN_LATER, str(refused))
             return
         with slot:
-            await run_session(websocket, codec, runtime.engines, settings, slot, runtime.metrics)
+            await run_session(websocket, codec, runtime.engines, settings, slot, runtime.metrics, opening)
 
     async def native(websocket: WebSocket) -> None:
         logs.start_session()
@@ -117,6 +120,15 @@ def create_app(settings: Settings, engines: Engines | None = None) -> Starlette:
             return
         await websocket.accept()
         await serve(websocket, NativeProtocol())
+
+    async def realtime(websocket: WebSocket) -> None:
+        """The OpenAI Realtime protocol; ``?model=`` is reported back whatever it names."""
+        logs.start_session()
+        if not await allowed(websocket, check_token=True):
+            return
+        await websocket.accept()
+        codec = RealtimeProtocol(model=websocket.query_params.get("model", ""))
+        await serve(websocket, codec, codec.opening())
 
     async def telephony(websocket: WebSocket, dialect: Dialect) -> None:
         logs.start_session()
@@ -178,6 +190,7 @@ def create_app(settings: Settings, engines: Engines | None = None) -> Starlette:
 
     routes = [
         WebSocketRoute("/ws", native),
+        WebSocketRoute("/v1/realtime", realtime),
         WebSocketRoute("/twilio", twilio_stream),
         WebSocketRoute("/twilio/{token}", twilio_stream),
         WebSocketRoute("/telnyx", telnyx_stream),

@@ -106,7 +106,7 @@ class NativeProtocol:
 
     # Server to client.
 
-    def send(self, event: OutputEvent) -> str | bytes:
+    def send(self, event: OutputEvent) -> str | bytes | None:
         if isinstance(event, AgentAudio):
             return float_to_pcm16(event.samples)
         if isinstance(event, Transcript):
@@ -119,7 +119,7 @@ class NativeProtocol:
             return _json(type="metrics", **event.values)
         if isinstance(event, Error):
             return _json(type="error", code=event.code, message=event.message)
-        raise TypeError(f"not an output event: {event!r}")
+        return None  # an event this protocol has no message for (speech started, response ended...)
 
 
 _HANDLERS = {

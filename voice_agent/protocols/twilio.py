@@ -244,7 +244,7 @@ class MediaStreamsProtocol:
             return None
         if isinstance(event, (Metrics, Error)):
             return None  # no such message on a phone line; the session logs both
-        raise TypeError(f"not an output event: {event!r}")
+        return None  # an event this protocol has no message for (speech started, response ended...)
 
     def _message(self, event: str, **fields: Any) -> str:
         if self.dialect.address_replies:

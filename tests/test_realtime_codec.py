@@ -343,6 +343,8 @@ def test_a_spoken_turn_and_its_answer_in_the_order_of_the_reference():
     assert np.frombuffer(base64.b64decode(audio["delta"]), "<i2").tolist() == [8192] * 480
     assert send(codec, Mark("1.0")) == [] and send(codec, Clear()) == []
     assert send(codec, Transcript("agent", "It is noon.", True)) == []
+    assert send(codec, Metrics({"turn": 1, "voice_to_voice_ms": 400.0})) == []  # not asked for
+    codec.metrics = True
     (metrics,) = send(codec, Metrics({"turn": 1, "voice_to_voice_ms": 400.0}))
     assert metrics["type"] == "voice_agent.metrics" and metrics["voice_to_voice_ms"] == 400.0
     ended = send(codec, ResponseEnded(1, "completed"))

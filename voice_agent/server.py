@@ -122,12 +122,13 @@ def create_app(settings: Settings, engines: Engines | None = None) -> Starlette:
         await serve(websocket, NativeProtocol())
 
     async def realtime(websocket: WebSocket) -> None:
-        """The OpenAI Realtime protocol; ``?model=`` is reported back whatever it names."""
+        """The OpenAI Realtime protocol; ``?model=`` is reported back whatever it names, ``?metrics=1`` adds ours."""
         logs.start_session()
         if not await allowed(websocket, check_token=True):
             return
         await websocket.accept()
-        codec = RealtimeProtocol(model=websocket.query_params.get("model", ""))
+        query = websocket.query_params
+        codec = RealtimeProtocol(model=query.get("model", ""), metrics=query.get("metrics") in ("1", "true"))
         await serve(websocket, codec, codec.opening())
 
     async def telephony(websocket: WebSocket, dialect: Dialect) -> None:

@@ -3,8 +3,8 @@
 Every message is a JSON text frame with a ``type``. The client streams audio
 as base64 in ``input_audio_buffer.append``; the server answers with the
 Realtime server events (``session.created``, ``input_audio_buffer.*``,
-``conversation.item.*``, ``response.*``, ``error``) and, once per turn, our
-own ``voice_agent.metrics``. Audio is PCM16 at 24 kHz by default, or G.711
+``conversation.item.*``, ``response.*``, ``error``) and, once per turn if
+the client asked for it, our own ``voice_agent.metrics``. Audio is PCM16 at 24 kHz by default, or G.711
 μ-law or A-law at 8 kHz. The session runs at the input rate; output audio at
 another rate is resampled here. Where the beta protocol's field names differ
 a little (``input_audio_format: "g711_ulaw"``, a flat ``voice`` and
@@ -154,8 +154,12 @@ class _Conversation:
 
 
 class RealtimeProtocol:
-    def __init__(self, model: str = "") -> None:
+    """``metrics``: send ``voice_agent.metrics`` once per turn. Off by default: clients that
+    validate every server event (the OpenAI Agents SDK) report an unknown type as an error."""
+
+    def __init__(self, model: str = "", metrics: bool = False) -> None:
         self.model = model or DEFAULT_MODEL
+        self.metrics = metrics
         self.input_format = PCM
         self.output_format = PCM
         self.session_rate = PCM.rate
@@ -529,7 +533,7 @@ class RealtimeProtocol:
         return [self._event(kind, session=self._session_object(event))]
 
     def _render_metrics(self, event: Metrics) -> list[str]:
-        return [self._event(METRICS_TYPE, **event.values)]
+        return [self._event(METRICS_TYPE, **event.values)] if self.metrics else []
 
     def _render_error(self, event: Error) -> list[str]:
         server_side = event.code in ("stt_failed", "reply_failed", "internal_error")

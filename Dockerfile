@@ -22,7 +22,6 @@ ENV PATH=/opt/venv/bin:$PATH \
 WORKDIR /app
 COPY pyproject.toml README.md ./
 COPY voice_agent ./voice_agent
-COPY web ./web
 # Pinned to the versions the CPU tests run (vLLM 0.32.0) and the lock of .venv.
 RUN pip install \
         "vllm==0.32.0" \

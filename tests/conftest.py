@@ -47,3 +47,14 @@ def server():
 @pytest.fixture(scope="session")
 def ws_url(server: str) -> str:
     return server.replace("http://", "ws://") + "/ws"
+
+
+# Fixtures that start a real server: a test using one is end-to-end whether or not it says so,
+# so that scripts/test --fast never waits for the models to load.
+SERVER_FIXTURES = frozenset({"server", "ws_url"})
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if SERVER_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.e2e)

@@ -1,34 +1,12 @@
-"""Spoken test audio, synthesized with the embedded Piper voice."""
+"""Spoken test audio for the tests: voice_agent.bench.speech, where it is synthesized, re-exported under its old name."""
 
 from __future__ import annotations
 
-import functools
 from pathlib import Path
 
-import numpy as np
+from voice_agent.bench.speech import silence, speech
 
-from voice_agent.audio import resample
+__all__ = ["SHARED_AUDIO", "silence", "speech"]
 
+# Recordings that are not in the repository, in a checkout's sibling folder shared/audio (see the README).
 SHARED_AUDIO = Path(__file__).resolve().parents[2] / "shared" / "audio"
-
-
-@functools.cache
-def _voice():
-    from voice_agent.tts import PiperTTS
-
-    return PiperTTS()
-
-
-@functools.lru_cache(maxsize=64)
-def _synthesize(text: str, rate: int) -> np.ndarray:
-    voice = _voice()
-    return resample(voice.synthesize_blocking(text) * 0.5, voice.sample_rate, rate)
-
-
-def speech(text: str, rate: int = 16000) -> np.ndarray:
-    """float32 speech of ``text`` at ``rate``, at about half full scale."""
-    return _synthesize(text, rate).copy()
-
-
-def silence(seconds: float, rate: int = 16000) -> np.ndarray:
-    return np.zeros(int(seconds * rate), dtype=np.float32)

@@ -1,4 +1,4 @@
-"""The browser client in web/, in a real headless Chromium.
+"""The browser client in voice_agent/web/, in a real headless Chromium.
 
 Chromium hears a synthesized spoken question through its fake microphone (a
 WAV file that it loops), talks to a real `voice-agent serve` over the real
@@ -199,8 +199,8 @@ class _QuietFiles(http.server.SimpleHTTPRequestHandler):
 
 @pytest.fixture
 def page_without_server():
-    """web/ served by a plain static file server: no /ws, no /readyz behind it."""
-    handler = functools.partial(_QuietFiles, directory=ROOT / "web")
+    """voice_agent/web/ served by a plain static file server: no /ws, no /readyz behind it."""
+    handler = functools.partial(_QuietFiles, directory=ROOT / "voice_agent" / "web")
     httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=httpd.serve_forever, daemon=True)
     thread.start()

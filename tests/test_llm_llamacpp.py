@@ -10,6 +10,8 @@ import pytest
 from voice_agent import threads
 from voice_agent.llm.llamacpp import LlamaCppBackend
 
+pytestmark = pytest.mark.models
+
 
 @pytest.fixture(scope="module")
 def llm():

@@ -4,6 +4,8 @@ import pytest
 from tests.speech import silence, speech
 from voice_agent.vad import WINDOW, SileroVAD
 
+pytestmark = pytest.mark.models
+
 
 @pytest.fixture(scope="module")
 def vad():

@@ -7,6 +7,8 @@ import ctypes
 import os
 import sys
 
+from .bench.command import add_arguments as bench_arguments
+from .bench.command import main as bench_main
 from .config import Settings, add_arguments
 from .replay.command import add_arguments as replay_arguments
 from .replay.command import main as replay_main
@@ -32,11 +34,18 @@ def main(argv: list[str] | None = None) -> int:
         "See docs/replay.md.",
     )
     replay_arguments(replay)
+    bench = commands.add_parser(
+        "bench",
+        help="run a benchmark or eval (latency, load, endpointing, barge-in) against a local server",
+    )
+    bench_arguments(bench)
     args = parser.parse_args(argv)
     if args.command == "serve":
         return serve_command(Settings.from_sources(args))
     if args.command == "replay":
         return replay_main(args)
+    if args.command == "bench":
+        return bench_main(args)
     return 2
 
 

@@ -17,6 +17,7 @@ from typing import Protocol
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from . import log as logs
+from .close_codes import CloseCode
 from .config import Settings
 from .engines import Engines
 from .limits import ClientLimits, Deadlines, Slot
@@ -30,10 +31,6 @@ log = logging.getLogger(__name__)
 # reading: the session is dropped rather than buffering without bound.
 OUTBOX_LIMIT = 1000
 FLUSH_S = 2.0  # how long a closing session may take to send what it already emitted
-
-NORMAL_CLOSURE = 1000
-POLICY_VIOLATION = 1008
-INTERNAL_ERROR = 1011
 
 _DEADLINE_CLOSE = {
     Deadlines.IDLE: "idle timeout",
@@ -56,7 +53,7 @@ class ClientTooSlow(Exception):
 class Closing(Exception):
     """End the session with this close code and reason."""
 
-    def __init__(self, code: int, reason: str):
+    def __init__(self, code: CloseCode, reason: str):
         super().__init__(reason)
         self.code = code
         self.reason = reason
@@ -136,7 +133,7 @@ async def run_session(
                     return
                 if (expired := limits.deadlines.expired()) is not None:
                     emit(Error(expired, f"{_DEADLINE_CLOSE[expired]}; closing"))
-                    raise Closing(NORMAL_CLOSURE, _DEADLINE_CLOSE[expired])
+                    raise Closing(CloseCode.NORMAL_CLOSURE, _DEADLINE_CLOSE[expired])
     except Closing as closing:
         log.info("session %s: closing (%d, %s)", session_id, closing.code, closing.reason)
         await _flush(outbox, writer)
@@ -144,14 +141,14 @@ async def run_session(
     except ClientTooSlow:
         log.warning("session %s: client is not reading; closing", session_id)
         metrics.errors.labels("client_too_slow").inc()
-        await _close(websocket, POLICY_VIOLATION, "client too slow")
+        await _close(websocket, CloseCode.POLICY_VIOLATION, "client too slow")
     except (WebSocketDisconnect, OSError) as exc:
         log.info("session %s: connection lost: %s", session_id, exc)
     except Exception:
         # A bug in this one session: end it cleanly, never the server or other sessions.
         log.exception("session %s: internal error; closing", session_id)
         metrics.errors.labels("internal_error").inc()
-        await _close(websocket, INTERNAL_ERROR, "internal error")
+        await _close(websocket, CloseCode.INTERNAL_ERROR, "internal error")
     finally:
         tasks = [writer, overflow_watch, close_watch] + ([receive] if receive is not None else [])
         for task in tasks:
@@ -166,7 +163,7 @@ def _take(message: dict, codec: Codec, session: Session, limits: ClientLimits, e
     limits.deadlines.touch()
     if not limits.messages.take(1):
         emit(Error("message_rate_exceeded", f"over {limits.messages.rate:g} messages per second; closing"))
-        raise Closing(POLICY_VIOLATION, "too many messages")
+        raise Closing(CloseCode.POLICY_VIOLATION, "too many messages")
     if message.get("bytes") is not None:
         events = codec.receive_bytes(message["bytes"])
     else:
@@ -194,7 +191,7 @@ async def _flush(outbox: asyncio.Queue, writer: asyncio.Task) -> None:
         pass
 
 
-async def _close(websocket: WebSocket, code: int, reason: str) -> None:
+async def _close(websocket: WebSocket, code: CloseCode, reason: str) -> None:
     try:
         await websocket.close(code, reason)
     except (RuntimeError, OSError):

@@ -7,6 +7,7 @@ import time
 from dataclasses import dataclass
 
 from .config import Settings
+from .interfaces import STTBackend, TTSBackend, VADBackend
 from .llm.base import LLMBackend
 from .stt import WhisperSTT
 from .tts import PiperTTS
@@ -17,10 +18,10 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class Engines:
-    vad: SileroVAD
-    stt: WhisperSTT
+    vad: VADBackend
+    stt: STTBackend
     llm: LLMBackend
-    tts: PiperTTS
+    tts: TTSBackend
 
     async def warm_up(self) -> None:
         started = time.perf_counter()

@@ -13,15 +13,13 @@ import math
 import time
 from collections.abc import Callable
 
+from .close_codes import CloseCode
 from .config import Settings
 
 Clock = Callable[[], float]
 
 AUDIO_BURST_S = 3.0  # a network stall can deliver a few seconds of audio at once
 MESSAGE_BURST_S = 2.0
-
-GOING_AWAY = 1001
-TRY_AGAIN_LATER = 1013
 
 
 class RateLimit:
@@ -110,10 +108,10 @@ class Slot:
         self._registry = registry
         self.answering: Callable[[], bool] = lambda: False  # set by the connection once its session exists
         self.close_requested = asyncio.Event()
-        self.close_code = GOING_AWAY
+        self.close_code = CloseCode.GOING_AWAY
         self.close_reason = ""
 
-    def request_close(self, code: int, reason: str) -> None:
+    def request_close(self, code: CloseCode, reason: str) -> None:
         if not self.close_requested.is_set():
             self.close_code, self.close_reason = code, reason
             self.close_requested.set()
@@ -168,5 +166,5 @@ class SessionRegistry:
             overdue = self._clock() >= deadline
             for slot in list(self._slots):
                 if overdue or not slot.answering():
-                    slot.request_close(GOING_AWAY, "server is shutting down")
+                    slot.request_close(CloseCode.GOING_AWAY, "server is shutting down")
             await asyncio.sleep(poll_s)

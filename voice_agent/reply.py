@@ -24,10 +24,10 @@ import numpy as np
 
 from .audio import StreamResampler
 from .chunker import SentenceChunker, words
+from .interfaces import TTSBackend
 from .llm.base import LLMBackend, Message
 from .pacing import PlaybackClock
 from .protocols.events import AgentAudio, Mark, OutputEvent, Transcript
-from .tts import PiperTTS
 
 FRAME_MS = 20
 
@@ -60,7 +60,7 @@ class Reply:
         self,
         *,
         llm: LLMBackend,
-        tts: PiperTTS,
+        tts: TTSBackend,
         messages: list[Message],
         output_rate: int,
         lead_s: float,

@@ -3,7 +3,7 @@
 ``/ws`` speaks the native protocol, ``/v1/realtime`` the OpenAI Realtime protocol, ``/twilio`` and ``/telnyx`` speak Media
 Streams for phone calls (``POST /twilio/voice`` answers a call with the TwiML
 that connects it, see ``docs/telephony.md``), ``/`` serves the browser client
-from ``web/``, ``/healthz`` and ``/readyz`` are the liveness and readiness probes.
+from ``voice_agent/web/``, ``/healthz`` and ``/readyz`` are the liveness and readiness probes.
 ``/metrics`` serves Prometheus metrics.
 Models load in the background after start-up, so the probes answer at once;
 WebSocket clients that arrive before the models are warm, past the session
@@ -31,10 +31,11 @@ from starlette.websockets import WebSocket
 
 from . import log as logs
 from .access import UNAUTHORIZED, AccessPolicy
+from .close_codes import CloseCode
 from .config import Settings
 from .connection import Codec, run_session
 from .engines import Engines, load_engines
-from .limits import TRY_AGAIN_LATER, Refused, SessionRegistry
+from .limits import Refused, SessionRegistry
 from .metrics import CONTENT_TYPE, ServerMetrics
 from .protocols.events import InputEvent
 from .protocols.native import NativeProtocol
@@ -44,7 +45,7 @@ from .twiml import bare_host, connect_stream, is_valid_signature, stream_url
 
 log = logging.getLogger(__name__)
 
-WEB_DIR = Path(__file__).resolve().parent.parent / "web"
+WEB_DIR = Path(__file__).resolve().parent / "web"  # package data: a wheel ships it (pyproject.toml)
 MAX_WEBHOOK_BYTES = 64 * 1024
 
 
@@ -109,7 +110,7 @@ def create_app(settings: Settings, engines: Engines | None = None) -> Starlette:
         except Refused as refused:
             runtime.metrics.refused.labels(refused.kind).inc()
             log.warning("refused a session from %s: %s", websocket.client, refused)
-            await websocket.close(TRY_AGAIN_LATER, str(refused))
+            await websocket.close(CloseCode.TRY_AGAIN_LATER, str(refused))
             return
         with slot:
             await run_session(websocket, codec, runtime.engines, settings, slot, runtime.metrics, opening)
@@ -139,7 +140,7 @@ def create_app(settings: Settings, engines: Engines | None = None) -> Starlette:
         token = websocket.path_params.get("token", "")
         if settings.telephony_token and not hmac.compare_digest(token.encode(), settings.telephony_token.encode()):
             log.warning("refused a %s stream with a missing or wrong token from %s", dialect.name, websocket.client)
-            await websocket.close(1008)  # before accept, so the handshake gets HTTP 403
+            await websocket.close(CloseCode.POLICY_VIOLATION)  # before accept, so the handshake gets HTTP 403
             return
         await websocket.accept()
         codec = MediaStreamsProtocol(

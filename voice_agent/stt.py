@@ -9,7 +9,7 @@ Whisper is trained on 30 s windows and faster-whisper pads every call to 30 s,
 which makes the encoder cost the same for "Yes." as for a long sentence.
 CTranslate2's encoder accepts shorter inputs, so utterances (which fit in
 one window) are encoded in a shorter one: ``window_s`` or the audio plus 2 s,
-whichever is longer. Measured with scripts/stt_window: a 10 s window gives
+whichever is longer. Measured with experiments/stt_window: a 10 s window gives
 the same words as 30 s on our test utterances at a third to a fifth of the
 cost, while windows under about 5 s make the decoder loop ("yes yes yes").
 

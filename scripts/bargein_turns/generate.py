@@ -16,8 +16,7 @@ from pathlib import Path
 import numpy as np
 import soundfile
 
-from voice_agent.audio import resample
-from voice_agent.tts import PiperTTS
+from voice_agent.bench.speech import speech
 
 RATE = 16000
 HERE = Path(__file__).resolve().parent
@@ -132,11 +131,10 @@ def noises() -> dict[str, np.ndarray]:
 
 
 def main() -> None:
-    voice = PiperTTS()
     sounds: dict[str, tuple[np.ndarray, str | None]] = {}
     for group in (QUESTIONS, INTERRUPTIONS, ACKNOWLEDGEMENTS):
         for name, text in group.items():
-            sounds[name] = (resample(voice.synthesize_blocking(text) * 0.5, voice.sample_rate, RATE), text)
+            sounds[name] = (speech(text, RATE), text)
     noise_sounds = noises()
     for name, audio in noise_sounds.items():
         sounds[name] = (np.concatenate([audio, np.zeros(RATE // 10)]).astype(np.float32), None)

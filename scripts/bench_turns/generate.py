@@ -11,11 +11,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
 import soundfile
 
-from voice_agent.audio import resample
-from voice_agent.tts import PiperTTS
+from voice_agent.bench.speech import turn
 
 RATE = 16000
 HERE = Path(__file__).resolve().parent
@@ -34,15 +32,8 @@ TURNS = {
 
 
 def main() -> None:
-    voice = PiperTTS()
     for name, parts in TURNS.items():
-        pieces = []
-        for part in parts:
-            if isinstance(part, str):
-                pieces.append(resample(voice.synthesize_blocking(part) * 0.5, voice.sample_rate, RATE))
-            else:
-                pieces.append(np.zeros(int(part * RATE), np.float32))
-        soundfile.write(HERE / f"{name}.flac", np.concatenate(pieces), RATE, subtype="PCM_16")
+        soundfile.write(HERE / f"{name}.flac", turn(parts, RATE), RATE, subtype="PCM_16")
         print(name)
 
 

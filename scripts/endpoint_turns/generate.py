@@ -12,16 +12,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
 import soundfile
 
-from voice_agent.audio import resample
-from voice_agent.replay.measure import speech_bounds
-from voice_agent.tts import PiperTTS
+from voice_agent.bench.speech import turn
 
 RATE = 16000
 HERE = Path(__file__).resolve().parent
-MARGIN = RATE // 50  # 20 ms of the voice's own fade kept at each join
 
 # (name, tag, parts). The tags group the pauses by what the turn detector can
 # read from the words before them:
@@ -64,21 +60,10 @@ TURNS = [
 
 
 def main() -> None:
-    voice = PiperTTS()
     entries = []
     for name, tag, parts in TURNS:
-        pieces = []
-        for index, part in enumerate(parts):
-            if isinstance(part, str):
-                audio = resample(voice.synthesize_blocking(part) * 0.5, voice.sample_rate, RATE)
-                # Piper pads each sentence with silence: cut it at the joins, so a pause is as long as written.
-                bounds = speech_bounds(audio, RATE)
-                start = bounds.start - MARGIN if index > 0 else 0
-                end = bounds.end + MARGIN if index < len(parts) - 1 else len(audio)
-                pieces.append(audio[max(0, start) : end])
-            else:
-                pieces.append(np.zeros(int(part * RATE), np.float32))
-        soundfile.write(HERE / f"{name}.flac", np.concatenate(pieces), RATE, subtype="PCM_16")
+        # Cut Piper's own padding at the joins, so that a pause is as long as written.
+        soundfile.write(HERE / f"{name}.flac", turn(parts, RATE, trim_joins=True), RATE, subtype="PCM_16")
         expect = " ".join(part for part in parts if isinstance(part, str))
         entries.append(f"  - file: {name}.flac\n    expect: {expect!r}\n    tags: [{tag}]\n")
         print(name)

@@ -230,13 +230,14 @@ def dry_spells(received: Sequence[Received]) -> list[float]:
 _WORD = re.compile(r"[a-z0-9']+")
 
 
-def words(text: str) -> list[str]:
+def normalized_words(text: str) -> list[str]:
+    """Lower-case words without punctuation, as WER compares them."""
     return _WORD.findall(text.lower().replace("’", "'"))
 
 
 def word_error_rate(reference: str, hypothesis: str) -> float:
     """(substitutions + deletions + insertions) / reference words, on normalised words."""
-    ref, hyp = words(reference), words(hypothesis)
+    ref, hyp = normalized_words(reference), normalized_words(hypothesis)
     if not ref:
         return 0.0 if not hyp else 1.0
     previous = list(range(len(hyp) + 1))

@@ -7,7 +7,7 @@ same Silero model, finds where the server's end of speech fell, and splits
 each turn's ``client_minus_server_ms`` into that definition difference and the
 rest (transport and event-loop delays).
 
-    .venv/bin/python scripts/bench_gap.py artifacts/bench/<run>/sessions-*/report.json
+    .venv/bin/python experiments/bench_gap.py artifacts/bench/<run>/sessions-*/report.json
 """
 
 from __future__ import annotations

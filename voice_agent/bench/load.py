@@ -1,4 +1,4 @@
-"""The load, garbage-flood and soak test behind scripts/load: see docs/operations.md.
+"""Load, garbage-flood and soak test of a local server with the default models (loopback only).
 
 One `voice-agent serve` with the embedded defaults on a free loopback port,
 then three phases against it, each bounded in time and count:
@@ -13,14 +13,12 @@ then three phases against it, each bounded in time and count:
 3. soak: a few sessions replaying the conversation over and over for a fixed
    time while the server's resident memory is sampled; the bar: the last
    minute's median RSS within 10 % of the first minute's after a warm-up.
-   The warm-up (5 minutes by default) is traffic like the rest, kept out of
-   the comparison because the runtimes size their pools to the largest inputs
-   they have seen: a 15-minute soak on 2026-11-22 rose from 686 to 776 MiB in
-   its first 5 minutes, then stayed within 755 to 781 MiB for 10 minutes. Its
-   growth is reported too.
+   The warm-up is traffic like the rest, kept out of the comparison because
+   the runtimes size their pools to the largest inputs they have seen
+   (docs/operations.md has the measured curve). Its growth is reported too.
 
-Replays and server handling reuse scripts/bench.py. Everything lands in one
-folder: load.json, load.md (the README table) and each replay's report.
+Everything lands in one folder: load.json, load.md (the README table) and each
+replay's report. See docs/operations.md.
 """
 
 from __future__ import annotations
@@ -28,22 +26,19 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
-import datetime
 import json
 import shlex
 import statistics
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
 
 import websockets
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import bench  # noqa: E402  (scripts/bench.py: server start, replay levels, RSS)
+from . import harness
+from .harness import ms
 
-ROOT = bench.ROOT
 V2V_KNEE_MS = 1000.0
 FLOOD_BAR = 0.20
 RSS_BAR = 0.10
@@ -73,12 +68,7 @@ OVERSIZED = b"\x00" * ((1 << 20) + 2)  # over the 1 MiB message limit: closed wi
 NOT_UTF8 = b'{"type": "text", "text": "\xff\xfe"}'  # closed with 1007
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(
-        prog="scripts/load",
-        description="Load, garbage-flood and soak test of a local server with the default models (loopback only).",
-        epilog="Arguments after -- go to `voice-agent serve`.",
-    )
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--levels", default="1,2,3,4,6", help="ramp concurrency levels [default %(default)s]")
     parser.add_argument("--all-levels", action="store_true", help="go on past the level where the median passes 1 s")
     parser.add_argument(
@@ -105,46 +95,34 @@ def main() -> int:
     parser.add_argument(
         "--soak-sessions", type=int, default=2, help="concurrent sessions in the soak [default %(default)s]"
     )
-    parser.add_argument(
-        "--script", default=str(bench.SCRIPT), help="turn script [default scripts/bench_turns/script.yaml]"
-    )
-    parser.add_argument("--out", help="output folder [default artifacts/load/<date-time>]")
-    args, serve_args = parser.parse_known_args()
-    args.repeats = 1  # bench._run_level reads it
-    serve_args = [a for a in serve_args if a != "--"]
-    levels = [int(level) for level in args.levels.split(",")]
-    out = Path(args.out or ROOT / "artifacts" / "load" / datetime.datetime.now().strftime("%Y-%m-%d-%H%M%S"))
-    out.mkdir(parents=True, exist_ok=True)
+    harness.add_common_arguments(parser, "load", "bench_turns", "script repeats per session and replay")
 
-    result: dict = {
-        "created": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-        "command": shlex.join(["scripts/load", *sys.argv[1:]]),
-        "server_command": shlex.join(["voice-agent", "serve", "--host", "127.0.0.1", *serve_args]),
-        "machine": bench._machine(),
-        "load_average_before": bench._load_average(),
-    }
-    with bench.local_server(serve_args, out / "server.log") as (server, url):
+
+def run(args: argparse.Namespace) -> int:
+    levels = [int(level) for level in args.levels.split(",")]
+    out = harness.output_folder(args.out, "load")
+    result = harness.started(args.command_line)
+    result["server_command"] = shlex.join(["voice-agent", "serve", "--host", "127.0.0.1", *args.serve_args])
+    with harness.local_server(args.serve_args, out / "server.log") as (server, url):
         result["ramp"] = ramp(levels, args, url, out, server)
         if args.flood_rounds > 0:
             result["flood"] = flood(args, url, out, server)
         if args.soak_s > 0:
             result["soak"] = soak(args, url, out, server)
-        result["load_average_after"] = bench._load_average()
+        result["load_average_after"] = harness.load_average()
     result["server_exit_status"] = server.returncode  # 0: the graceful shutdown worked
-
-    (out / "load.json").write_text(json.dumps(result, indent=2) + "\n")
-    table = markdown(result)
-    (out / "load.md").write_text(table + "\n")
-    print(table)
-    print(f"\nwritten to {out}", file=sys.stderr)
-    return 0 if passed(result) else 1
+    return harness.finish(out, "load", result, markdown(result), failures(result))
 
 
-def ramp(levels: list[int], args, url: str, out: Path, server: subprocess.Popen) -> dict:
+def _level(level: int, args: argparse.Namespace, url: str, out: Path, server: subprocess.Popen) -> dict:
+    return harness.replay_level(level, script=args.script, repeats=args.repeats, url=url, out=out, server=server)
+
+
+def ramp(levels: list[int], args: argparse.Namespace, url: str, out: Path, server: subprocess.Popen) -> dict:
     results = []
     knee = None
     for level in levels:
-        entry = bench._run_level(level, args, url, out / "ramp", server)
+        entry = _level(level, args, url, out / "ramp", server)
         results.append(entry)
         p50 = _p50(entry)
         if knee is None and (p50 is None or p50 > V2V_KNEE_MS):
@@ -154,42 +132,40 @@ def ramp(levels: list[int], args, url: str, out: Path, server: subprocess.Popen)
     return {"levels": results, "knee_sessions": knee, "failed_runs": sum(_failed(e) for e in results)}
 
 
-def flood(args, url: str, out: Path, server: subprocess.Popen) -> dict:
+def flood(args: argparse.Namespace, url: str, out: Path, server: subprocess.Popen) -> dict:
     rounds = []
     for index in range(args.flood_rounds):
-        baseline = bench._run_level(1, args, url, out / f"flood-{index + 1}-alone", server)
+        baseline = _level(1, args, url, out / f"flood-{index + 1}-alone", server)
         flooder = Flooder(url, args.flood_rate, args.hard_every_s)
         flooder.start()
         try:
-            flooded = bench._run_level(1, args, url, out / f"flood-{index + 1}-beside-garbage", server)
+            flooded = _level(1, args, url, out / f"flood-{index + 1}-beside-garbage", server)
         finally:
             flooder.stop()
         rounds.append({"alone": baseline, "beside_garbage": flooded, "flooder": flooder.report()})
     alone = _pooled(out, "alone", args.flood_rounds)
-    flooded = _pooled(out, "beside-garbage", args.flood_rounds)
-    increase = None if not alone or not flooded else round((flooded - alone) / alone, 3)
+    beside = _pooled(out, "beside-garbage", args.flood_rounds)
+    increase = None if not alone or not beside else round((beside - alone) / alone, 3)
     return {
         "rounds": rounds,
         "alone_p50_ms": alone,
-        "beside_garbage_p50_ms": flooded,
+        "beside_garbage_p50_ms": beside,
         "increase": increase,
         "failed_runs": sum(_failed(r["alone"]) + _failed(r["beside_garbage"]) for r in rounds),
     }
 
 
-def soak(args, url: str, out: Path, server: subprocess.Popen) -> dict:
-    sampler = RssTrack(server.pid)
+def soak(args: argparse.Namespace, url: str, out: Path, server: subprocess.Popen) -> dict:
+    sampler = harness.ServerSampler(server.pid, every_s=RSS_SAMPLE_S)
     sampler.start()
-    passes = []
+    passes: list[dict] = []
     started = time.monotonic()
     try:
         while time.monotonic() - started < args.soak_warmup_s + args.soak_s and len(passes) < MAX_SOAK_PASSES:
-            passes.append(
-                bench._run_level(args.soak_sessions, args, url, out / "soak" / f"pass-{len(passes) + 1}", server)
-            )
+            passes.append(_level(args.soak_sessions, args, url, out / "soak" / f"pass-{len(passes) + 1}", server))
     finally:
         sampler.stop()
-    samples = sampler.samples
+    samples = sampler.rss
     first = [rss for at, rss in samples if args.soak_warmup_s <= at <= args.soak_warmup_s + RSS_WINDOW_S]
     last_start = samples[-1][0] - RSS_WINDOW_S if samples else 0
     last = [rss for at, rss in samples if at >= last_start]
@@ -210,29 +186,6 @@ def soak(args, url: str, out: Path, server: subprocess.Popen) -> dict:
         "rss_samples": samples,
         "level_p50_ms": [_p50(p) for p in passes],
     }
-
-
-class RssTrack(threading.Thread):
-    """(seconds since start, RSS MiB) of a process every few seconds."""
-
-    def __init__(self, pid: int):
-        super().__init__(daemon=True)
-        self.pid = pid
-        self.samples: list[tuple[float, float]] = []
-        self._stopping = threading.Event()
-        self._origin = time.monotonic()
-
-    def run(self) -> None:
-        while True:
-            rss = bench._rss_mb(self.pid, "VmRSS")
-            if rss is not None:
-                self.samples.append((round(time.monotonic() - self._origin, 1), rss))
-            if self._stopping.wait(RSS_SAMPLE_S):
-                return
-
-    def stop(self) -> None:
-        self._stopping.set()
-        self.join()
 
 
 class Flooder(threading.Thread):
@@ -328,44 +281,53 @@ def _pooled(out: Path, kind: str, rounds: int) -> float | None:
     return round(statistics.median(values), 1) if values else None
 
 
-def passed(result: dict) -> bool:
-    flood_result, soak_result = result.get("flood"), result.get("soak")
-    return (
-        result["ramp"]["failed_runs"] == 0
-        and (
-            flood_result is None or (flood_result["failed_runs"] == 0 and (flood_result["increase"] or 0) <= FLOOD_BAR)
-        )
-        and (soak_result is None or (soak_result["failed_runs"] == 0 and abs(soak_result["rss_drift"]) <= RSS_BAR))
-    )
+def failures(result: dict) -> list[str]:
+    """The bars this run missed: failed replays, a flood slowdown over FLOOD_BAR, an RSS drift over RSS_BAR."""
+    missed = []
+    if result["ramp"]["failed_runs"]:
+        missed.append(f"{result['ramp']['failed_runs']} ramp run(s) failed")
+    if (f := result.get("flood")) is not None:
+        if f["failed_runs"]:
+            missed.append(f"{f['failed_runs']} flood run(s) failed")
+        if (f["increase"] or 0) > FLOOD_BAR:
+            missed.append(f"beside garbage {f['increase']:+.0%} slower > +{FLOOD_BAR:.0%}")
+    if (s := result.get("soak")) is not None:
+        if s["failed_runs"]:
+            missed.append(f"{s['failed_runs']} soak run(s) failed")
+        if abs(s["rss_drift"]) > RSS_BAR:
+            missed.append(f"soak RSS drift {s['rss_drift']:+.1%} > ±{RSS_BAR:.0%}")
+    return missed
 
 
 def markdown(result: dict) -> str:
-    machine = result["machine"]
-    lines = [
-        f"Machine: {machine['processor']}, {machine['cpus']} CPUs, {machine.get('memory_gib', '?')} GiB; "
-        f"load average before {result['load_average_before']}; {result['created']}.",
-        f"Command: `{result['command']}`",
-        "",
-        "| sessions | turns | v2v p50 | p95 | server v2v p50 | no answer | failed runs | server peak RSS |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|",
-    ]
+    header = ["sessions", "turns", "v2v p50", "p95", "server v2v p50", "no answer", "failed runs", "server peak RSS"]
+    rows = []
     for level in result["ramp"]["levels"]:
         s = level["summary"]
         if s is None:
-            lines.append(f"| {level['sessions']} | failed (exit {level['exit_status']}) | | | | | | |")
+            rows.append([level["sessions"], f"failed (exit {level['exit_status']})"] + [""] * (len(header) - 2))
             continue
-        lines.append(
-            f"| {level['sessions']} | {s['turns']} | {bench._ms(s['voice_to_voice_ms']['p50'])} "
-            f"| {bench._ms(s['voice_to_voice_ms']['p95'])} | {bench._ms(s['server_voice_to_voice_ms']['p50'])} "
-            f"| {s['unanswered']} | {s['failed_runs']} | {level['server_peak_rss_mb']} MiB |"
+        rows.append(
+            [
+                level["sessions"],
+                s["turns"],
+                ms(s["voice_to_voice_ms"]["p50"]),
+                ms(s["voice_to_voice_ms"]["p95"]),
+                ms(s["server_voice_to_voice_ms"]["p50"]),
+                s["unanswered"],
+                s["failed_runs"],
+                f"{level['server_peak_rss_mb']} MiB",
+            ]
         )
+    lines = [harness.machine_line(result), f"Command: `{result['command']}`", ""]
+    lines += harness.table(header, rows, "r" * len(header))
     knee = result["ramp"]["knee_sessions"]
     lines += ["", f"Median voice-to-voice passes 1 s at: {f'{knee} session(s)' if knee else 'none of the levels run'}."]
     if (f := result.get("flood")) is not None:
         sent = sum(r["flooder"]["messages_sent"] for r in f["rounds"])
         lines.append(
-            f"Garbage flood: median voice-to-voice {bench._ms(f['alone_p50_ms'])} alone, "
-            f"{bench._ms(f['beside_garbage_p50_ms'])} beside a client sending {sent} malformed messages "
+            f"Garbage flood: median voice-to-voice {ms(f['alone_p50_ms'])} alone, "
+            f"{ms(f['beside_garbage_p50_ms'])} beside a client sending {sent} malformed messages "
             f"({'+' if (f['increase'] or 0) >= 0 else ''}{(f['increase'] or 0) * 100:.0f} %, bar +{FLOOD_BAR * 100:.0f} %); "
             f"failed runs {f['failed_runs']}."
         )
@@ -378,7 +340,3 @@ def markdown(result: dict) -> str:
             f"max {s['rss_max_mb']:.0f} MiB."
         )
     return "\n".join(lines)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

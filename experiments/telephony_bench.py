@@ -11,7 +11,8 @@ ways, one call at a time, at real-time pace:
 
 Voice-to-voice is reported twice: by the server (last speech sample arrived →
 first answer frame sent) and by the client (frame with the last speech sample
-sent → first answer frame received). Run: .venv/bin/python scripts/telephony_bench.py [--repeats N]
+sent → first answer frame received).
+Run: .venv/bin/python experiments/telephony_bench.py [--repeats N] [--jfk PATH/jfk.flac]
 """
 
 from __future__ import annotations
@@ -27,13 +28,15 @@ from pathlib import Path
 
 import numpy as np
 
+# The test suite's protocol clients: this experiment runs from a checkout.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.conftest import start_server, stop_server  # noqa: E402
-from tests.speech import silence, speech  # noqa: E402
 from tests.twilioclient import TwilioClient  # noqa: E402
 from tests.wsclient import NativeClient  # noqa: E402
 from voice_agent.audio import StreamResampler, float_to_int16, mulaw_decode, mulaw_encode, resample  # noqa: E402
+from voice_agent.bench.speech import silence, speech  # noqa: E402
+from voice_agent.replay.local_server import LocalServer  # noqa: E402
+from voice_agent.replay.measure import normalized_words, word_error_rate  # noqa: E402
 
 QUESTIONS = [
     "What is the capital of France?",
@@ -46,7 +49,6 @@ QUESTIONS = [
     "How far away is the moon?",
 ]
 CONDITIONS = ("native-16k", "native-8k-ulaw", "twilio")
-JFK = Path("/work/shared/audio/jfk.flac")
 JFK_TEXT = "And so my fellow Americans, ask not what your country can do for you, ask what you can do for your country."
 SPEECH_LEVEL = 0.01
 
@@ -55,18 +57,10 @@ def mulaw_round_trip(audio: np.ndarray) -> np.ndarray:
     return mulaw_decode(mulaw_encode(float_to_int16(audio))).astype(np.float32) / 32768.0
 
 
-def words(text: str) -> list[str]:
-    return "".join(c for c in text.lower() if c.isalnum() or c.isspace()).split()
-
-
 def word_errors(reference: str, hypothesis: str) -> tuple[int, int]:
-    ref, hyp = words(reference), words(hypothesis)
-    row = list(range(len(hyp) + 1))
-    for i, r in enumerate(ref, 1):
-        previous, row[0] = row[0], i
-        for j, h in enumerate(hyp, 1):
-            previous, row[j] = row[j], min(row[j] + 1, row[j - 1] + 1, previous + (r != h))
-    return row[-1], len(ref)
+    """(word errors, reference words)."""
+    count = len(normalized_words(reference))
+    return round(word_error_rate(reference, hypothesis) * count), count
 
 
 def last_speech_frame(audio: np.ndarray, rate: int) -> int:
@@ -121,7 +115,7 @@ async def run_twilio(base_url: str, text: str, log_path: Path) -> dict:
     return {"client_v2v_ms": (first.at - speech_end) * 1000, **(metrics or {})}
 
 
-def offline() -> None:
+def offline(jfk: str | None) -> None:
     """Engine level, no server: Whisper and Silero on the same clip at 16 kHz and through 8 kHz μ-law."""
     import soundfile
 
@@ -130,8 +124,8 @@ def offline() -> None:
 
     stt, vad = WhisperSTT(), SileroVAD()
     clips = [(text, speech(text, 16000), speech(text, 8000)) for text in QUESTIONS]
-    if JFK.exists():
-        audio, rate = soundfile.read(JFK, dtype="float32")
+    if jfk:
+        audio, rate = soundfile.read(jfk, dtype="float32")
         audio = audio.mean(axis=1) if audio.ndim == 2 else audio
         clips.append((JFK_TEXT, resample(audio, rate, 16000), resample(audio, rate, 8000)))
 
@@ -167,13 +161,15 @@ def summary(values: list[float]) -> str:
     return f"{statistics.median(values):7.0f} (p90 {np.percentile(values, 90):6.0f}, n={len(values)})"
 
 
-async def main(repeats: int) -> None:
-    offline()
+async def main(repeats: int, jfk: str | None) -> None:
+    offline(jfk)
     if repeats == 0:
         return
-    process, base_url, log_file = start_server()
-    log_path = Path(log_file.name)
-    ws_url = base_url.replace("http://", "ws://") + "/ws"
+    log_path = Path("telephony-bench-server.log")
+    log_file = open(log_path, "w")
+    server = LocalServer([], log_file, ready_timeout=180)
+    base_url = server.base_url
+    ws_url = server.ws_url
     results: dict[str, list[dict]] = {c: [] for c in CONDITIONS}
     try:
         for text in QUESTIONS:
@@ -196,7 +192,8 @@ async def main(repeats: int) -> None:
                     )
                     await asyncio.sleep(1.0)
     finally:
-        stop_server(process, log_file)
+        server.stop(timeout=20)
+        log_file.close()
 
     print(
         "\nmedian ms (p90, n)        server v2v              client v2v              endpoint                stt final"
@@ -212,7 +209,7 @@ async def main(repeats: int) -> None:
         )
     for condition in ("native-16k", "native-8k-ulaw"):
         errors = [word_errors(r["text"], r["heard"]) for r in results[condition]]
-        exact = sum(1 for r in results[condition] if words(r["text"]) == words(r["heard"]))
+        exact = sum(1 for r in results[condition] if normalized_words(r["text"]) == normalized_words(r["heard"]))
         print(
             f"{condition}: word error rate {sum(e for e, _ in errors) / sum(n for _, n in errors):.1%}, "
             f"{exact}/{len(errors)} transcripts exact, one committed turn per question: "
@@ -223,4 +220,6 @@ async def main(repeats: int) -> None:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=2)
-    asyncio.run(main(parser.parse_args().repeats))
+    parser.add_argument("--jfk", help="the JFK recording (jfk.flac), compared offline too")
+    args = parser.parse_args()
+    asyncio.run(main(args.repeats, args.jfk))

@@ -1,0 +1,56 @@
+"""The barge-in rule: pause, check, force; and what counts as an acknowledgement."""
+
+from __future__ import annotations
+
+import pytest
+
+from voice_agent.barge_in import BARGE_RECHECK_MS, BargeIn, BargeInPolicy
+from voice_agent.config import Settings
+
+
+def policy(backchannels=("yeah", "mm hm", "mm", "okay", "i see")) -> BargeInPolicy:
+    return BargeInPolicy(min_speech_ms=150, check_ms=250, force_ms=900, backchannels=backchannels)
+
+
+@pytest.mark.parametrize(
+    "speech_ms, checked_ms, checking, expected",
+    [
+        (100, 0, False, BargeIn.NONE),  # too short to matter
+        (150, 0, False, BargeIn.PAUSE),  # fall silent while it may be an interruption
+        (249, 0, False, BargeIn.PAUSE),  # too little speech to tell words from "uh-huh"
+        (250, 0, False, BargeIn.CHECK),
+        (300, 250, True, BargeIn.PAUSE),  # one check at a time
+        (300, 250, False, BargeIn.PAUSE),  # not enough new speech since the last check
+        (250 + BARGE_RECHECK_MS, 250, False, BargeIn.CHECK),
+        (900, 250, True, BargeIn.INTERRUPT),  # long enough whatever the words
+    ],
+)
+def test_pause_check_and_force(speech_ms, checked_ms, checking, expected):
+    assert policy().decide(speech_ms, checked_ms, checking) is expected
+
+
+def test_without_backchannels_any_speech_past_the_minimum_interrupts():
+    rule = policy(backchannels=["", " "])
+    assert rule.decide(100, 0, False) is BargeIn.NONE
+    assert rule.decide(150, 0, False) is BargeIn.INTERRUPT
+    assert not rule.is_backchannel("yeah") and rule.is_backchannel("")
+
+
+@pytest.mark.parametrize(
+    "text, acknowledgement",
+    [
+        ("Yeah, yeah, yeah.", True),
+        ("Mm-hm.", True),
+        ("Okay.", True),
+        ("I see.", True),
+        ("", True),  # a cough or a door: no words
+        ("N", True),  # Whisper's "Mm-hmm." after 250 ms
+        ("I", False),  # "I ...": the start of an interruption
+        ("Yeah, but what about Paris?", False),
+        ("I see a problem.", False),
+        ("Stop.", False),
+    ],
+)
+def test_what_counts_as_an_acknowledgement(text, acknowledgement):
+    rule = BargeInPolicy.from_settings(Settings())  # the default backchannels
+    assert rule.is_backchannel(text) is acknowledgement

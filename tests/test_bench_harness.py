@@ -1,0 +1,255 @@
+"""`voice-agent bench`: the dispatcher, the shared harness and each benchmark's checks and tables, without a server."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import types
+
+import pytest
+
+from voice_agent.bench import bargein, command, endpointing, harness, latency, load
+from voice_agent.cli import main as cli_main
+from voice_agent.replay.measure import distribution
+from voice_agent.replay.script import ScriptError
+
+MACHINE_HEAD = {
+    "created": "2026-11-22T20:00:00+00:00",
+    "command": "voice-agent bench x",
+    "machine": {"processor": "CPU", "cpus": 2, "memory_gib": 24.0},
+    "load_average_before": [1.0, 1.0, 1.0],
+}
+
+
+def test_serve_arguments_are_those_after_the_first_double_dash():
+    assert command.split_serve_arguments(["-n", "2", "--", "--llm-max-tokens", "60", "--", "x"]) == (
+        ["-n", "2"],
+        ["--llm-max-tokens", "60", "--", "x"],
+    )
+    assert command.split_serve_arguments(["-n", "2"]) == (["-n", "2"], [])
+
+
+@pytest.fixture
+def fake_benchmark(monkeypatch):
+    """A benchmark module named `latency` that records the arguments it was run with."""
+    seen: list[argparse.Namespace] = []
+
+    def add_arguments(parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--sessions", default="1")
+        parser.add_argument("-n", "--repeats", type=int, default=1)
+
+    def run(args: argparse.Namespace) -> int:
+        seen.append(args)
+        return 7
+
+    module = types.SimpleNamespace(__doc__="Fake.", add_arguments=add_arguments, run=run)
+    real_import = command.importlib.import_module
+    monkeypatch.setattr(
+        command.importlib, "import_module", lambda name: module if name.endswith(".latency") else real_import(name)
+    )
+    return seen
+
+
+def test_the_cli_hands_the_benchmark_its_options_and_the_server_the_rest(fake_benchmark):
+    status = cli_main(["bench", "latency", "--sessions", "1,2", "--llm-temperature", "0", "--", "--port", "9"])
+    assert status == 7
+    (args,) = fake_benchmark
+    assert args.sessions == "1,2" and args.repeats == 1
+    # An option the benchmark does not know goes to the server, like one after --.
+    assert args.serve_args == ["--llm-temperature", "0", "--port", "9"]
+    assert args.command_line == "voice-agent bench latency --sessions 1,2 --llm-temperature 0 -- --port 9"
+
+
+def test_a_missing_benchmark_module_is_named_and_exits_2(monkeypatch, capsys):
+    monkeypatch.setattr(command, "summary", lambda name: None)
+    assert command.run("answers", []) == 2
+    assert "voice_agent.bench.answers is missing" in capsys.readouterr().err
+
+
+def test_the_help_lists_every_benchmark_with_its_docstring_line_and_imports_none():
+    code = (
+        "import sys, contextlib, io\n"
+        "from voice_agent.cli import main\n"
+        "out = io.StringIO()\n"
+        "with contextlib.redirect_stdout(out), contextlib.suppress(SystemExit):\n"
+        "    main(['bench', '-h'])\n"
+        "print(out.getvalue())\n"
+        "print('imported:', sorted(m for m in sys.modules if m.startswith('voice_agent.bench.') and m != 'voice_agent.bench.command'))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=os.environ, check=True)
+    assert "imported: []" in done.stdout
+    for name in ("latency", "load", "endpointing", "bargein"):
+        line = command.summary(name)
+        assert line and f"{name:<12} {line}" in done.stdout
+    assert "answers" in done.stdout
+
+
+def test_every_benchmark_has_the_interface():
+    for module in (latency, load, endpointing, bargein):
+        parser = argparse.ArgumentParser()
+        module.add_arguments(parser)
+        args = parser.parse_args([])
+        assert args.script.endswith("script.yaml") and os.path.exists(args.script), module.__name__
+        assert callable(module.run)
+        assert module.__doc__.split("\n", 1)[0].endswith(".")
+
+
+def test_table_aligns_names_left_and_figures_right():
+    assert harness.table(["name", "p50"], [["a", "1 ms"]]) == ["| name | p50 |", "|---|---:|", "| a | 1 ms |"]
+    assert harness.table(["a", "b", "c"], [], "lrl")[1] == "|---|---:|---|"
+
+
+def test_finish_writes_both_files_and_maps_failures_to_exit_status(tmp_path, capsys):
+    assert harness.finish(tmp_path, "x", {"a": 1}, "report") == harness.EXIT_OK
+    assert json.loads((tmp_path / "x.json").read_text()) == {"a": 1, "failures": []}
+    assert (tmp_path / "x.md").read_text() == "report\n"
+    assert harness.finish(tmp_path, "x", {}, "report", ["p95 too slow"]) == harness.EXIT_THRESHOLD
+    assert "threshold missed: p95 too slow" in capsys.readouterr().err
+    assert harness.finish(tmp_path, "x", {}, "report", ["p95 too slow"], error="no server") == harness.EXIT_ERROR
+
+
+def test_rss_of_this_process_is_read_from_proc():
+    if not os.path.exists("/proc/self/status"):
+        pytest.skip("no /proc")
+    assert harness.rss_mb(os.getpid()) > 1
+    assert harness.rss_mb(os.getpid(), "VmHWM") >= harness.rss_mb(os.getpid())
+    assert harness.rss_mb(2**30) is None
+
+
+def test_sampler_records_memory_until_stopped():
+    sampler = harness.ServerSampler(os.getpid(), every_s=0.01)
+    sampler.start()
+    sampler.stop()
+    assert sampler.peak_mb is not None and sampler.lag_ms()["n"] == 0
+
+
+def test_sweep_points_become_threshold_flags():
+    assert endpointing._points("350/600/2000") == [
+        (
+            "350/600/2000",
+            ["--end-silence-complete-ms", "350", "--end-silence-ms", "600", "--end-silence-incomplete-ms", "2000"],
+        )
+    ]
+    assert len(endpointing._points(endpointing.SWEEP)) == 7
+    with pytest.raises(ScriptError):
+        endpointing._points("350/600")
+
+
+def _endpoint_point(rate: float | None, elsewhere: int = 0) -> dict:
+    summary = {
+        "false_cutoff_rate": rate,
+        "false_cutoffs": 1,
+        "paused_turns": 4,
+        "spoke_in_pause": 0,
+        "cutoffs_elsewhere": elsewhere,
+        "endpoint_ms": distribution([400.0]),
+        "voice_to_voice_ms": distribution([900.0]),
+        "final_transcript_ms": distribution([300.0]),
+        "unanswered": 0,
+        "by_tag": {"hesitation": {"turns": 2, "cut_off": 1}},
+    }
+    turn = {
+        "name": "go_to_boston",
+        "pauses_ms": [800.0],
+        "cut_off": "answer",
+        "cut_off_pause_ms": 800.0,
+        "cut_off_silence_ms": 620.0,
+        "cut_off_text": "I want to go to.",
+        "spoke_at_ms": None,
+        "voice_to_voice_ms": None,
+        "endpoint_ms": None,
+        "transcript": "I want to go to Boston.",
+    }
+    return {"name": "server defaults", "failure": None, "summary": summary, "turns": [turn]}
+
+
+def test_endpointing_threshold_and_table():
+    result = {**MACHINE_HEAD, "load_average_after": None, "points": [_endpoint_point(0.25)]}
+    assert endpointing.check(result, 0.05) == ["false cut-off rate 25.0% > 5.0% (or 0 cut-off(s) outside the pauses)"]
+    assert endpointing.check(result, 0.3) == []
+    assert endpointing.check(result, None) == []
+    assert endpointing.check({"points": [_endpoint_point(0.0, elsewhere=1)]}, 0.05)
+    report = endpointing.markdown(result)
+    assert "| server defaults | 1/4 (25%) | 0 | 0 | 400 ms |" in report
+    assert "| server defaults | 1/2 |" in report  # cut-offs by tag
+    assert "620 ms into a 800 ms pause: 'I want to go to.'" in report
+
+
+def _probe_summary(cleared_noise: int, stop_p95: float | None) -> dict:
+    return {
+        "interruption": {
+            "probes": 2,
+            "judged": 2,
+            "outcomes": {"cleared": 2},
+            "stop_ms": {"p50": 300.0, "p95": stop_p95, "max": stop_p95},
+            "clear_ms": {"p50": 320.0, "p95": 400.0},
+        },
+        "noise": {
+            "probes": 3,
+            "judged": 3,
+            "outcomes": {"cleared": cleared_noise, "kept talking": 3 - cleared_noise},
+            "stop_ms": {"p50": None, "p95": None, "max": None},
+            "clear_ms": {"p50": None, "p95": None},
+        },
+    }
+
+
+def test_bargein_thresholds_and_table():
+    assert bargein.check(_probe_summary(0, 350.0), 400, 0) == []
+    assert bargein.check(_probe_summary(1, 450.0), 400, 0) == [
+        "interruption stop time p95 450 ms > 400 ms",
+        "1 false barge-in(s) > 0",
+    ]
+    assert bargein.check(_probe_summary(1, 450.0), None, None) == []
+    result = {**MACHINE_HEAD, "load_average_after": None, "summary": _probe_summary(1, 450.0), "probes": []}
+    report = bargein.markdown(result)
+    assert "| noise | 3 | 1 | 0 | 0 | 2 | 0 | – |" in report
+    assert "False barge-ins (a noise or an acknowledgement made the agent give up its answer): 1." in report
+
+
+def _level(sessions: int, p50: float | None, failed: int = 0) -> dict:
+    summary = None
+    if p50 is not None:
+        figure = distribution([p50])
+        summary = {
+            "turns": 10,
+            "voice_to_voice_ms": figure,
+            "server_voice_to_voice_ms": figure,
+            "client_minus_server_ms": distribution([20.0]),
+            "final_transcript_ms": figure,
+            "barge_in_stop_ms": distribution([]),
+            "unanswered": 0,
+            "failed_runs": failed,
+            "dry_spells_ms": distribution([]),
+        }
+    return {
+        "sessions": sessions,
+        "exit_status": 0 if summary else 2,
+        "summary": summary,
+        "server_peak_rss_mb": 700.0,
+        "server_loop_lag_ms": distribution([3.0]),
+    }
+
+
+def test_latency_table_has_a_row_per_level_and_marks_a_failed_one():
+    report = latency.markdown({**MACHINE_HEAD, "levels": [_level(1, 450.0), _level(2, None)]})
+    assert "| 1 | 10 | 450 ms | 450 ms | 450 ms |" in report
+    assert "| 2 | failed (exit 2) |" in report
+    assert report.startswith("Machine: CPU, 2 CPUs, 24.0 GiB; load average [1.0, 1.0, 1.0] before;")
+
+
+def test_load_bars():
+    ok = {"ramp": {"levels": [_level(1, 450.0)], "knee_sessions": None, "failed_runs": 0}}
+    assert load.failures(ok) == []
+    flood = {"failed_runs": 0, "increase": 0.3, "rounds": [], "alone_p50_ms": 400.0, "beside_garbage_p50_ms": 520.0}
+    soak = {"failed_runs": 1, "rss_drift": -0.12}
+    assert load.failures({**ok, "flood": flood, "soak": soak}) == [
+        "beside garbage +30% slower > +20%",
+        "1 soak run(s) failed",
+        "soak RSS drift -12.0% > ±10%",
+    ]
+    report = load.markdown({**MACHINE_HEAD, **ok, "flood": flood})
+    assert "none of the levels run" in report and "beside a client sending 0 malformed messages (+30 %" in report

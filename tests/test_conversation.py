@@ -1,0 +1,115 @@
+"""The conversation: history, the prompt window (by exchanges and by tokens), prefill."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from voice_agent.conversation import Conversation, estimate_tokens, recent_history
+
+
+class Prefills:
+    def __init__(self):
+        self.calls: list[list[dict]] = []
+
+    async def __call__(self, messages):
+        self.calls.append(messages)
+
+
+def conversation(turns=8, context=2048, answer=120, prefill=None) -> Conversation:
+    return Conversation(
+        "Be brief.", history_turns=turns, context_tokens=context, answer_tokens=answer, prefill=prefill or Prefills()
+    )
+
+
+def test_the_history_window_moves_in_steps_so_the_prompt_prefix_stays_cached():
+    greeting = [{"role": "assistant", "content": "Hi."}]
+    history = list(greeting)
+    firsts = []
+    for n in range(1, 21):
+        history += [{"role": "user", "content": f"q{n}"}, {"role": "assistant", "content": f"a{n}"}]
+        kept = recent_history(history, 8)
+        exchanges = sum(m["role"] == "user" for m in kept)
+        assert exchanges <= 8 and (exchanges >= 5 or n < 5)
+        assert kept[-1]["content"] == f"a{n}" and (n <= 8 or kept[0]["role"] == "user")
+        firsts.append(kept[0]["content"])
+    assert firsts[:8] == ["Hi."] * 8  # everything while it fits
+    # Then the oldest kept exchange moves every fourth turn, not every turn.
+    assert firsts[8:] == ["q5"] * 4 + ["q9"] * 4 + ["q13"] * 4
+    assert recent_history(history, 0) == []
+    assert recent_history(history, 1) == history[-2:]
+
+
+def test_tokens_are_estimated_as_a_quarter_of_the_characters_plus_the_template():
+    assert estimate_tokens([{"role": "user", "content": "x" * 9}]) == 3 + 4
+    assert estimate_tokens([]) == 0
+
+
+def test_the_token_bound_drops_the_oldest_exchanges_in_whole_steps():
+    history = [{"role": "assistant", "content": "Hi."}]
+    for n in range(1, 7):
+        history += [{"role": "user", "content": f"q{n} " + "x" * 396}, {"role": "assistant", "content": f"a{n}"}]
+    each = estimate_tokens(history[1:3])  # 100 + 4 + 1 + 4
+    assert recent_history(history, 8, budget_tokens=10_000) == history  # under both bounds: everything
+    # Eight exchanges at most: steps of four. Four exchanges would fit, but the window moves a whole step.
+    assert recent_history(history, 8, budget_tokens=4 * each) == history[-4:]
+    assert recent_history(history, 4, budget_tokens=4 * each) == history[-8:]  # steps of two
+    assert recent_history(history, 4, budget_tokens=4 * each - 1) == history[-4:]
+    assert recent_history(history, 8, budget_tokens=each - 1) == []  # not even one exchange fits
+
+
+async def test_a_long_typed_conversation_stays_inside_the_context():
+    c = conversation(context=1024, answer=120)
+    for n in range(40):
+        question = f"question {n} " + "words " * 60  # about 90 tokens each
+        messages = c.messages_for(question)
+        assert estimate_tokens(messages) + 120 <= 1024
+        assert messages[0] == {"role": "system", "content": "Be brief."}
+        assert messages[-1] == {"role": "user", "content": question}
+        c.remember(question, f"answer {n}")
+    assert len(c.history) == 80  # the history is kept; only the prompt is windowed
+    await c.close()
+
+
+def test_an_oversized_message_is_cut_to_its_end_with_a_log_line(caplog):
+    c = conversation(context=512, answer=100)
+    question = "blah " * 2000 + "What is the capital of France?"
+    with caplog.at_level(logging.WARNING):
+        messages = c.messages_for(question)
+    assert estimate_tokens(messages) + 100 <= 512
+    assert messages[-1]["content"].endswith("What is the capital of France?")
+    assert len(messages) == 2  # no room for history
+    assert "does not fit the LLM context" in caplog.text
+
+
+def test_history_turns_zero_sends_no_history():
+    c = conversation(turns=0)
+    c.history.extend([{"role": "user", "content": "old"}, {"role": "assistant", "content": "older"}])
+    assert c.messages_for("new")[1:] == [{"role": "user", "content": "new"}]
+
+
+async def test_remembering_an_exchange_prefills_the_next_prompt():
+    prefills = Prefills()
+    c = conversation(prefill=prefills)
+    c.remember("", "Hello!")  # a greeting answers nobody
+    c.remember("Hi", "How can I help?")
+    await asyncio.sleep(0)
+    assert c.history == [
+        {"role": "assistant", "content": "Hello!"},
+        {"role": "user", "content": "Hi"},
+        {"role": "assistant", "content": "How can I help?"},
+    ]
+    # One prefill at a time; it reads the history when it runs.
+    assert prefills.calls == [[{"role": "system", "content": "Be brief."}, *c.history]]
+    await c.close()
+
+
+async def test_a_failing_prefill_is_only_logged(caplog):
+    async def broken(messages):
+        raise ConnectionError("gone")
+
+    c = conversation(prefill=broken)
+    c.remember("Hi", "Hello.")
+    await asyncio.sleep(0.01)
+    assert "prefilling the LLM cache failed" in caplog.text
+    await c.close()

@@ -1,0 +1,78 @@
+"""A user turn's own work: the speculative final transcript and the answer prepared from it."""
+
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+
+from voice_agent.reply import ReplyTimings
+from voice_agent.timeline import AudioTimeline
+from voice_agent.user_turn import SPEECH_TAIL_SAMPLES, TurnMetrics, UserTurn
+from voice_agent.vad import WINDOW, WINDOW_MS
+
+
+class CountingSTT:
+    def __init__(self):
+        self.lengths: list[int] = []
+
+    async def transcribe(self, audio):
+        self.lengths.append(len(audio))
+        await asyncio.sleep(0)
+        return f"{len(audio)} samples"
+
+
+class HeldReply:
+    """Stands in for a held Reply: runs until cancelled."""
+
+    async def run(self):
+        await asyncio.sleep(10)
+
+
+def a_turn(stt) -> UserTurn:
+    timeline = AudioTimeline(clock=lambda: 0.0)
+    timeline.append(np.zeros(16000, np.float32))
+    return UserTurn(1, 1000, 1000 + 10 * WINDOW, speech_ms=320, over_agent=False, timeline=timeline, stt=stt)
+
+
+async def test_the_speculative_transcript_serves_as_the_final_one_while_no_speech_follows():
+    stt = CountingSTT()
+    turn = a_turn(stt)
+    turn.speculate()
+    turn.speculate()  # the same audio: not transcribed twice
+    assert turn.speculative_transcript() is None  # not in yet
+    await asyncio.sleep(0.01)
+    text, _ = turn.speculative_transcript()
+    assert text == f"{10 * WINDOW + SPEECH_TAIL_SAMPLES} samples"
+    metrics = TurnMetrics(1)
+    assert await turn.final_transcript(metrics) == text
+    assert metrics.stt_speculative and len(stt.lengths) == 1
+
+
+async def test_more_speech_makes_the_speculative_transcript_and_prepared_answer_stale():
+    stt = CountingSTT()
+    turn = a_turn(stt)
+    turn.speculate()
+    await asyncio.sleep(0.01)
+    assert turn.needs_answer
+    reply = HeldReply()
+    turn.prepare(reply, TurnMetrics(1))
+    assert not turn.needs_answer and turn.prepared() is not None
+    _, running = turn.prepared()
+    turn.on_speech(turn.last_speech + WINDOW)  # the user goes on
+    assert turn.prepared() is None and turn.metrics is None and turn.speech_ms == 320 + WINDOW_MS
+    await asyncio.sleep(0.01)
+    assert running.cancelled()
+    metrics = TurnMetrics(1)
+    assert await turn.final_transcript(metrics) == f"{11 * WINDOW + SPEECH_TAIL_SAMPLES} samples"
+    assert not metrics.stt_speculative and len(stt.lengths) == 2
+    assert turn.tasks() and all(task.done() for task in turn.tasks())
+
+
+def test_metrics_values_are_rounded_and_measured_from_the_end_of_speech():
+    metrics = TurnMetrics(3, speech_end=10.0, endpoint_ms=200.04, stt_final_ms=80.0, stt_speculative=True)
+    timings = ReplyTimings(llm_ttft_ms=50.04, first_audio_at=10.4)
+    values = metrics.values(timings)
+    assert values["turn"] == 3 and values["voice_to_voice_ms"] == 400.0 and values["endpoint_ms"] == 200.0
+    assert values["llm_ttft_ms"] == 50.0
+    assert values["first_chunk_ms"] is None and values["stt_speculative"] is True

@@ -1,0 +1,73 @@
+"""When user speech over the agent interrupts it: real words do, "mm-hm" and a cough do not.
+
+Past ``barge_in_min_speech_ms`` of speech the agent pauses, as a person would,
+while it finds out; past ``barge_in_check_ms`` the overlapping speech is
+transcribed, and only words beyond the backchannel list interrupt; past
+``barge_in_force_ms`` the agent stops whatever the words. A user who goes on
+is checked again every ``BARGE_RECHECK_MS`` of new speech. This module holds
+the decisions; the session runs the transcriptions and acts on them.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from collections.abc import Iterable
+
+from .config import Settings
+
+BARGE_RECHECK_MS = 160  # more overlapping speech since the last check: look again
+
+
+class BargeIn(enum.Enum):
+    NONE = "none"  # too little speech to matter: the agent goes on
+    PAUSE = "pause"  # the agent falls silent; no new check now
+    CHECK = "check"  # the agent falls silent and the words are checked
+    INTERRUPT = "interrupt"  # the agent stops, whatever the words
+
+
+class BargeInPolicy:
+    def __init__(self, min_speech_ms: float, check_ms: float, force_ms: float, backchannels: Iterable[str]):
+        self.min_speech_ms = min_speech_ms
+        self.check_ms = check_ms
+        self.force_ms = force_ms
+        phrases = {" ".join(p.lower().replace("-", " ").split()) for p in backchannels}
+        phrases.discard("")
+        # Longest first, so that "mm hm" is taken whole before "mm".
+        alternatives = "|".join(re.escape(p) for p in sorted(phrases, key=len, reverse=True))
+        self._backchannels = re.compile(rf"\b(?:{alternatives})\b") if phrases else None
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> BargeInPolicy:
+        return cls(
+            settings.barge_in_min_speech_ms,
+            settings.barge_in_check_ms,
+            settings.barge_in_force_ms,
+            settings.barge_in_backchannels.split(","),
+        )
+
+    def decide(self, speech_ms: float, checked_ms: float, checking: bool) -> BargeIn:
+        """What ``speech_ms`` of speech over the agent calls for.
+
+        ``checked_ms`` is the speech when the last check started (0 for none),
+        ``checking`` whether a check is still running.
+        """
+        if speech_ms < self.min_speech_ms:
+            return BargeIn.NONE
+        if self._backchannels is None or speech_ms >= self.force_ms:
+            return BargeIn.INTERRUPT
+        if speech_ms < self.check_ms or checking or speech_ms - checked_ms < BARGE_RECHECK_MS:
+            return BargeIn.PAUSE
+        return BargeIn.CHECK
+
+    def is_backchannel(self, text: str) -> bool:
+        """Only acknowledgement words, or no words at all (a cough, a door).
+
+        A lone letter other than "I" is a hum, not a word: at the 250 ms check
+        Whisper wrote "N" for "Mm-hmm." (scripts/bargein_eval). A user who goes
+        on is checked again as the speech grows.
+        """
+        words = " ".join(re.sub(r"[^a-z' ]", " ", text.lower().replace("-", " ")).split())
+        if self._backchannels is not None:
+            words = self._backchannels.sub("", words)
+        return all(len(word) == 1 and word != "i" for word in words.split())

@@ -1,0 +1,1 @@
+"""Benchmarks and evals: voice-agent bench SUBCOMMAND."""

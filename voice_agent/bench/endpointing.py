@@ -1,0 +1,254 @@
+"""Endpointing eval: false cut-offs in mid-turn pauses and delay after true turn ends, through a local server.
+
+Starts `voice-agent serve` with the embedded default models on a free loopback
+port, replays the endpointing turns (scripts/endpoint_turns: mid-turn pauses of
+0.3 to 1.5 s and whole short answers) through it with the replay client, one
+session at real-time pace, and reports the false cut-off rate (the agent took
+the turn during a mid-turn pause) and the delay after the true end of each turn
+(client voice-to-voice, the server's endpoint_ms, the final transcript).
+
+With --sweep, does that once per set of turn-detection thresholds
+(--end-silence-complete-ms / --end-silence-ms / --end-silence-incomplete-ms),
+one fresh server each, and draws the curve of false cut-offs against delay.
+
+Writes artifacts/endpointing/<date-time>/: endpoint.json, endpoint.md, per
+point the replay report and server log, and with --sweep sweep.png.
+See docs/endpointing.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from ..replay import endpointing
+from ..replay.measure import send_time
+from ..replay.runner import RunTrace
+from ..replay.script import Script, ScriptError, load_script
+from . import harness
+from .harness import ms
+
+# The next turn starts once the answer to the last one has played, so long
+# answers only make the eval slow: endpointing happens before the first word.
+EVAL_SERVE_ARGS = ["--llm-max-tokens", "8"]
+# complete / no hint / incomplete silences in ms, from eager to patient; 350/600/2000 are the defaults.
+SWEEP = "200/400/800,350/600/1200,350/600/2000,500/800/1600,700/1000/2000,900/1200/2000,600/600/600"
+THRESHOLD_FLAGS = ("--end-silence-complete-ms", "--end-silence-ms", "--end-silence-incomplete-ms")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    harness.add_common_arguments(parser, "endpointing", "endpoint_turns", "script repeats per point")
+    parser.add_argument(
+        "--sweep",
+        nargs="?",
+        const=SWEEP,
+        help="sweep the turn thresholds: comma list of COMPLETE/DEFAULT/INCOMPLETE ms, one server each "
+        f"[without a value: {SWEEP}]",
+    )
+    parser.add_argument(
+        "--reply-timeout", type=float, default=15.0, help="seconds to wait for an answer [default %(default)s]"
+    )
+    parser.add_argument(
+        "--max-false-cutoff",
+        type=float,
+        help="exit 1 if the false cut-off rate is above this (e.g. 0.05); not with --sweep",
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        points = _points(args.sweep) if args.sweep else [("server defaults", [])]
+        if args.sweep and args.max_false_cutoff is not None:
+            raise ScriptError("--max-false-cutoff checks one configuration: leave out --sweep")
+        if args.repeats < 1:
+            raise ScriptError("-n must be at least 1")
+        script = load_script(args.script, 16000, harness.GAP_MS)
+    except ScriptError as exc:
+        print(f"voice-agent bench endpointing: {exc}", file=sys.stderr)
+        return harness.EXIT_ERROR
+    out = harness.output_folder(args.out, "endpointing")
+
+    result = harness.started(args.command_line)
+    result["script"] = args.script
+    result["serve_args"] = EVAL_SERVE_ARGS + args.serve_args
+    result["points"] = [
+        _run_point(name, point_args + args.serve_args, script, args, out) for name, point_args in points
+    ]
+    result["load_average_after"] = harness.load_average()
+    if len(points) > 1:
+        _plot(result, out / "sweep.png")
+
+    failed = next((point["failure"] for point in result["points"] if point["failure"]), None)
+    return harness.finish(out, "endpoint", result, markdown(result), check(result, args.max_false_cutoff), failed)
+
+
+def check(result: dict, max_false_cutoff: float | None) -> list[str]:
+    summary = result["points"][0]["summary"]
+    if max_false_cutoff is None or summary["false_cutoff_rate"] is None:
+        return []
+    if summary["false_cutoff_rate"] > max_false_cutoff or summary["cutoffs_elsewhere"]:
+        return [
+            f"false cut-off rate {summary['false_cutoff_rate']:.1%} > {max_false_cutoff:.1%}"
+            f" (or {summary['cutoffs_elsewhere']} cut-off(s) outside the pauses)"
+        ]
+    return []
+
+
+def _points(text: str) -> list[tuple[str, list[str]]]:
+    points = []
+    for part in text.split(","):
+        values = part.strip().split("/")
+        if len(values) != 3 or not all(v.isdigit() for v in values):
+            raise ScriptError(f"--sweep point {part!r}: give COMPLETE/DEFAULT/INCOMPLETE in ms, e.g. 350/600/1200")
+        args = [item for flag, value in zip(THRESHOLD_FLAGS, values) for item in (flag, value)]
+        points.append(("/".join(values), args))
+    return points
+
+
+def _run_point(name: str, serve_args: list[str], script: Script, args: argparse.Namespace, out: Path) -> dict:
+    print(f"\n== {name} ==", file=sys.stderr)
+    slug = name.replace("/", "-").replace(" ", "-")
+    replayed = harness.replay_locally(slug, EVAL_SERVE_ARGS + serve_args, script, args.repeats, args.reply_timeout, out)
+    turns = [turn for trace, run in zip(replayed.traces, replayed.runs) for turn in endpoint_turns(trace, run)]
+    return {
+        "name": name,
+        "serve_args": EVAL_SERVE_ARGS + serve_args,
+        "seconds": replayed.seconds,
+        "failure": replayed.failure,
+        "replay_report": replayed.report,
+        "summary": endpointing.summarise(turns),
+        "turns": turns,
+    }
+
+
+def endpoint_turns(trace: RunTrace, run: dict) -> list[dict]:
+    """The endpointing figures of each turn of one replayed run."""
+    turns = []
+    for sent, figures in zip(trace.turns, run["turns"]):
+        frame = sent.frame_samples
+        pauses_at = [
+            (send_time(sent.frame_times, frame, start), send_time(sent.frame_times, frame, end - 1))
+            for start, end in endpointing.pauses(sent.turn.audio, sent.turn.rate)
+        ]
+        measured = endpointing.measure_turn(
+            trace.received,
+            speech_start_at=sent.speech_start_at,
+            speech_end_at=sent.speech_end_at,
+            pauses_at=pauses_at,
+            figures=figures,
+        )
+        turns.append(
+            {
+                "name": sent.turn.name,
+                "tags": list(sent.turn.tags),
+                "repeat": trace.repeat,
+                "transcript": figures["transcript"],
+                **measured,
+            }
+        )
+    return turns
+
+
+def markdown(result: dict) -> str:
+    lines = [harness.machine_line(result), f"Command: `{result['command']}`", ""]
+    header = [
+        "thresholds (complete / no hint / incomplete)",
+        "false cut-offs",
+        "of which heard",
+        "elsewhere",
+        "endpoint p50",
+        "p95",
+        "voice-to-voice p50",
+        "p95",
+        "final transcript p50",
+        "no answer",
+    ]
+    rows = []
+    for point in result["points"]:
+        s = point["summary"]
+        rate = (
+            "–"
+            if s["false_cutoff_rate"] is None
+            else f"{s['false_cutoffs']}/{s['paused_turns']} ({s['false_cutoff_rate']:.0%})"
+        )
+        rows.append(
+            [
+                point["name"],
+                rate,
+                s["spoke_in_pause"],
+                s["cutoffs_elsewhere"],
+                ms(s["endpoint_ms"]["p50"]),
+                ms(s["endpoint_ms"]["p95"]),
+                ms(s["voice_to_voice_ms"]["p50"]),
+                ms(s["voice_to_voice_ms"]["p95"]),
+                ms(s["final_transcript_ms"]["p50"]),
+                str(s["unanswered"]) + (f" failed: {point['failure']}" if point["failure"] else ""),
+            ]
+        )
+    lines += harness.table(header, rows)
+    tags = sorted({tag for point in result["points"] for tag in point["summary"]["by_tag"]})
+    if tags:
+        lines += ["", "Cut-offs by kind of turn (tags in the turn script):", ""]
+        rows = []
+        for point in result["points"]:
+            by_tag = point["summary"]["by_tag"]
+            rows.append(
+                [point["name"]] + [f"{by_tag[t]['cut_off']}/{by_tag[t]['turns']}" if t in by_tag else "–" for t in tags]
+            )
+        lines += harness.table(["thresholds", *tags], rows)
+    for point in result["points"]:
+        lines += ["", f"Turns at {point['name']}:", ""]
+        rows = []
+        for turn in point["turns"]:
+            pauses = " ".join(f"{p:.0f}" for p in turn["pauses_ms"]) or "–"
+            cut = turn["cut_off"] or ""
+            if turn["cut_off_pause_ms"] is not None:
+                cut += f" {turn['cut_off_silence_ms']:.0f} ms into a {turn['cut_off_pause_ms']:.0f} ms pause"
+            if turn["cut_off_text"]:
+                cut += f": {turn['cut_off_text']!r}"
+            if turn["spoke_at_ms"] is not None:
+                cut += f"; its voice reached the user {turn['spoke_at_ms']:.0f} ms into the turn"
+            rows.append(
+                [
+                    turn["name"],
+                    pauses,
+                    cut,
+                    ms(turn["voice_to_voice_ms"]),
+                    ms(turn["endpoint_ms"]),
+                    turn["transcript"] or "",
+                ]
+            )
+        lines += harness.table(["turn", "pauses", "cut off", "v2v", "endpoint", "transcript"], rows, "lllrrl")
+    return "\n".join(lines)
+
+
+def _plot(result: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    points = [p for p in result["points"] if p["summary"]["false_cutoff_rate"] is not None]
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    ys = [100 * p["summary"]["false_cutoff_rate"] for p in points]
+    p50 = [p["summary"]["endpoint_ms"]["p50"] for p in points]
+    p95 = [p["summary"]["endpoint_ms"]["p95"] for p in points]
+    for y, low, high in zip(ys, p50, p95):
+        if low is not None and high is not None:
+            ax.plot([low, high], [y, y], color="lightgrey", zorder=1)
+    ax.plot(p50, ys, marker="o", linestyle="none", label="server endpoint delay, median", zorder=2)
+    ax.plot(p95, ys, marker="s", linestyle="none", label="server endpoint delay, p95", zorder=2)
+    for index, (x, y, point) in enumerate(zip(p50, ys, points)):
+        if x is not None:  # alternate above and below, so that points at one rate stay readable
+            offset = (5, 6) if index % 2 == 0 else (5, -12)
+            ax.annotate(point["name"], (x, y), textcoords="offset points", xytext=offset, fontsize=8)
+    ax.axhline(5, color="grey", linestyle=":", label="issue bar: 5 %")
+    ax.set_xlabel("delay after the true end of the turn (ms)")
+    ax.set_ylabel("false cut-offs (% of turns with a mid-turn pause)")
+    ax.set_title("Turn-detection thresholds: complete / no hint / incomplete silence (ms)", fontsize=10)
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

@@ -1,0 +1,141 @@
+"""What the agent remembers of one conversation, and the prompt each answer is asked with.
+
+The prompt is the system prompt, a window of the history, and the question.
+The window is bounded twice:
+
+- by exchanges: at most ``history_turns`` (user, assistant) pairs, moving in
+  steps (see :func:`recent_history`);
+- by tokens: system prompt, window, question and the answer's
+  ``answer_tokens`` must fit in ``context_tokens`` (``--llm-context``). Tokens
+  are estimated, not counted: a quarter of the characters, rounded up, plus
+  ``MESSAGE_OVERHEAD_TOKENS`` per message for the chat template. While the
+  estimate is over, the oldest exchanges go, in the same whole steps as the
+  exchange bound, so the prompt's beginning stays the same as long as it can.
+  A question too long to fit even with no history is cut to its last part
+  (where a question usually is), with a warning in the log.
+
+Between answers the system prompt and window go to the LLM's cache
+(:meth:`LLMBackend.prefill`), so the next answer only evaluates the question.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+
+from .config import Settings
+from .llm.base import Message
+
+log = logging.getLogger(__name__)
+
+CHARS_PER_TOKEN = 4
+MESSAGE_OVERHEAD_TOKENS = 4  # role markers and separators of a chat template
+
+
+def estimate_tokens(messages: list[Message]) -> int:
+    return sum(-(-len(m["content"]) // CHARS_PER_TOKEN) + MESSAGE_OVERHEAD_TOKENS for m in messages)
+
+
+class Conversation:
+    def __init__(
+        self,
+        system_prompt: str,
+        *,
+        history_turns: int,
+        context_tokens: int,
+        answer_tokens: int,
+        prefill: Callable[[list[Message]], Awaitable[None]],
+        session_id: str = "",
+    ):
+        self.system_prompt = system_prompt
+        self.history: list[Message] = []
+        self._history_turns = history_turns
+        self._context_tokens = context_tokens
+        self._answer_tokens = answer_tokens
+        self._prefill = prefill
+        self._prefilling: asyncio.Task | None = None
+        self._id = session_id
+
+    @classmethod
+    def from_settings(
+        cls, settings: Settings, prefill: Callable[[list[Message]], Awaitable[None]], session_id: str = ""
+    ) -> Conversation:
+        return cls(
+            settings.system_prompt,
+            history_turns=settings.history_turns,
+            context_tokens=settings.llm_context,
+            answer_tokens=settings.llm_max_tokens,
+            prefill=prefill,
+            session_id=session_id,
+        )
+
+    def prompt_prefix(self, question_tokens: int = 0) -> list[Message]:
+        """The system prompt and the history that a question of ``question_tokens`` is asked after."""
+        system = [{"role": "system", "content": self.system_prompt}]
+        budget = self._context_tokens - self._answer_tokens - question_tokens - estimate_tokens(system)
+        return [*system, *recent_history(self.history, self._history_turns, budget)]
+
+    def messages_for(self, text: str) -> list[Message]:
+        """The whole prompt for the user's ``text``."""
+        question = {"role": "user", "content": self._fit_question(text, warn=True)}
+        return [*self.prompt_prefix(estimate_tokens([question])), question]
+
+    def remember(self, user_text: str, heard: str) -> None:
+        """Add an exchange (``user_text`` empty: words nobody asked for, like a greeting), then prefill."""
+        if user_text:
+            self.history.append({"role": "user", "content": self._fit_question(user_text, warn=False)})
+        self.history.append({"role": "assistant", "content": heard})
+        if self._prefilling is None or self._prefilling.done():
+            self._prefilling = asyncio.create_task(self._prefill_next_prompt())
+
+    async def _prefill_next_prompt(self) -> None:
+        try:
+            await self._prefill(self.prompt_prefix())
+        except Exception:  # only a hint: the next answer evaluates it instead
+            log.exception("session %s: prefilling the LLM cache failed", self._id)
+
+    def _fit_question(self, text: str, warn: bool) -> str:
+        system = [{"role": "system", "content": self.system_prompt}]
+        room = self._context_tokens - self._answer_tokens - estimate_tokens(system) - MESSAGE_OVERHEAD_TOKENS
+        limit = max(room, 1) * CHARS_PER_TOKEN
+        if len(text) <= limit:
+            return text
+        if warn:
+            log.warning(
+                "session %s: a user message of %d characters does not fit the LLM context; keeping its last %d",
+                self._id,
+                len(text),
+                limit,
+            )
+        return text[-limit:]
+
+    async def close(self) -> None:
+        if self._prefilling is not None:
+            self._prefilling.cancel()
+            await asyncio.gather(self._prefilling, return_exceptions=True)
+
+
+def recent_history(history: list[Message], turns: int, budget_tokens: int | None = None) -> list[Message]:
+    """The last exchanges of ``history`` (user, assistant pairs) for the prompt.
+
+    At most ``turns`` exchanges, and at most ``budget_tokens`` (estimated).
+    The oldest kept exchange moves in steps of half the window, not one at a
+    time: an LLM reuses its cache only for an unchanged prompt prefix, and a
+    window sliding every turn changes the prefix right after the system prompt,
+    so every answer would evaluate the whole history again (about 800 ms for
+    eight exchanges with llama.cpp on 2 cores). Stepped, three answers in four
+    find the history already evaluated, for keeping on average a quarter fewer
+    exchanges. The token bound drops exchanges in the same steps.
+    """
+    exchanges = len(history) // 2
+    if turns <= 0:
+        return []
+    step = max(1, turns // 2)
+    # Counted from the end: a greeting may stand alone before the first exchange.
+    dropped = 0 if exchanges <= turns else -(-(exchanges - turns) // step) * step  # rounded up to a whole step
+    kept = history if dropped == 0 else history[len(history) - 2 * (exchanges - dropped) :]
+    while budget_tokens is not None and kept and estimate_tokens(kept) > budget_tokens:
+        dropped = min(exchanges, dropped + step)
+        kept = history[len(history) - 2 * (exchanges - dropped) :] if dropped < exchanges else []
+    return kept

@@ -1,0 +1,203 @@
+"""The user's side of a session: audio in, user turns out.
+
+The listener resamples the client's audio to 16 kHz, keeps it on the
+:class:`~.timeline.AudioTimeline`, runs the VAD on it as it arrives (a window
+costs about 0.2 ms, so inline), and follows the current :class:`~.user_turn.UserTurn`:
+partial transcripts while the user speaks, the speculative final transcript
+when a pause begins, and the end-of-turn decision. Who has the floor is the
+session's decision: the listener asks it through :class:`TurnTaker`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import time
+from collections.abc import Callable
+from typing import Protocol
+
+import numpy as np
+
+from .audio import PIPELINE_RATE, StreamResampler
+from .config import Settings
+from .interfaces import SpeechStream, STTBackend
+from .protocols.events import OutputEvent, Transcript
+from .timeline import AudioTimeline
+from .turn import TurnDetector
+from .user_turn import UserTurn
+from .vad import WINDOW, WINDOW_MS
+
+log = logging.getLogger(__name__)
+
+PREROLL_SAMPLES = PIPELINE_RATE * 3 // 10  # keep 300 ms before detected speech: Silero fires late
+VAD_HYSTERESIS = 0.15
+# Silero scores the first window of resumed speech 0.07 to 0.66 (a 32 ms window
+# that is partly silence) and the silence of a pause under 0.05
+# (scripts/endpoint_turns): a turn is not committed on a window above this, in
+# case the user is going on. Steady noise scores above it too, so at most
+# RESUMING_WINDOWS a pause hold the commit back (96 ms).
+RESUMING_PROBABILITY = 0.1
+RESUMING_WINDOWS = 3
+# The soxr high-quality filter holds back about 66 ms of 8 kHz input, medium
+# quality about 26 ms; VAD and Whisper do not hear the difference, the user does.
+INPUT_RESAMPLE_QUALITY = "MQ"
+
+
+class TurnTaker(Protocol):
+    """What the listener asks of the session."""
+
+    def begin_turn(self, start: int) -> tuple[int, bool]:
+        """Speech makes a turn from sample ``start``: where it really starts, and whether it is over the agent."""
+        ...
+
+    def user_speaks(self, turn: UserTurn) -> None:
+        """Another speech window of ``turn``."""
+        ...
+
+    def user_pauses(self, turn: UserTurn, transcript: str, stt_ms: float) -> None:
+        """``turn``'s speculative final transcript is in, and the user is still silent."""
+        ...
+
+    def commit(self, turn: UserTurn) -> None:
+        """``turn`` is over."""
+        ...
+
+    def unanswered_start(self) -> int | None:
+        """The start of a committed turn's audio that may yet merge with the next turn."""
+        ...
+
+
+class Listener:
+    def __init__(
+        self,
+        settings: Settings,
+        vad: SpeechStream,
+        stt: Callable[[], STTBackend],
+        emit: Callable[[OutputEvent], None],
+        turn_taker: TurnTaker,
+        session_id: str = "",
+        clock: Callable[[], float] = time.monotonic,
+    ):
+        self.settings = settings
+        self.sample_rate = PIPELINE_RATE
+        self.timeline = AudioTimeline(clock)
+        self.turn: UserTurn | None = None  # the user turn under way
+        self.turn_ids = itertools.count(1)  # shared with turns typed as text
+        self._resampler = StreamResampler(self.sample_rate, PIPELINE_RATE, INPUT_RESAMPLE_QUALITY)
+        self._vad = vad
+        self._stt = stt
+        self._emit = emit
+        self._turn_taker = turn_taker
+        self._id = session_id
+        self._clock = clock
+        self._detector = TurnDetector(
+            settings.end_silence_complete_ms,
+            settings.end_silence_ms,
+            settings.end_silence_incomplete_ms,
+            settings.max_turn_s,
+        )
+        self._analysed = 0  # samples the VAD has seen
+        self._speech_run_ms = 0.0
+        self._partial_task: asyncio.Task | None = None
+
+    def set_sample_rate(self, rate: int) -> None:
+        self.sample_rate = rate
+        self._resampler = StreamResampler(rate, PIPELINE_RATE, INPUT_RESAMPLE_QUALITY)
+
+    def feed(self, samples: np.ndarray) -> None:
+        """Audio at :attr:`sample_rate`, as it arrives."""
+        samples = self._resampler.process(samples)
+        if not len(samples):
+            return
+        self.timeline.append(samples)
+        for probability in self._vad.process(samples):
+            self._analysed += WINDOW
+            self._on_window(probability)
+        self._trim_audio()
+
+    def _on_window(self, probability: float) -> None:
+        end = self._analysed
+        threshold = self.settings.vad_threshold
+        if probability >= threshold:
+            self._speech_run_ms += WINDOW_MS
+            if self.turn is not None:
+                self.turn.on_speech(end)
+            elif self._speech_run_ms >= self.settings.vad_min_speech_ms:
+                run = int(self._speech_run_ms * PIPELINE_RATE / 1000)
+                start = max(self.timeline.start, end - run - PREROLL_SAMPLES)
+                start, over_agent = self._turn_taker.begin_turn(start)
+                self.turn = UserTurn(
+                    next(self.turn_ids),
+                    start,
+                    end,
+                    speech_ms=self._speech_run_ms,
+                    over_agent=over_agent,
+                    timeline=self.timeline,
+                    stt=self._stt(),
+                    clock=self._clock,
+                )
+                log.debug("session %s: turn %d starts", self._id, self.turn.id)
+            if self.turn is not None:
+                self._turn_taker.user_speaks(self.turn)
+                self._maybe_partial(self.turn)
+        elif probability < threshold - VAD_HYSTERESIS:
+            self._speech_run_ms = 0.0
+        if self.turn is not None:
+            self._check_end_of_turn(self.turn, end, probability)
+
+    def _maybe_partial(self, turn: UserTurn) -> None:
+        if self._partial_task is not None and not self._partial_task.done():
+            return
+        interval = self.settings.partial_interval_ms * PIPELINE_RATE // 1000
+        if turn.last_speech - turn.partial_upto >= interval:
+            self._partial_task = asyncio.create_task(self._partial(turn, turn.audio(), turn.last_speech))
+
+    async def _partial(self, turn: UserTurn, audio: np.ndarray, upto: int) -> None:
+        try:
+            text = await self._stt().transcribe(audio)
+        except Exception:  # a partial is optional; the final transcription will tell
+            log.exception("session %s: partial transcription failed", self._id)
+            return
+        if self.turn is turn and upto > turn.partial_upto and text:
+            turn.partial_upto = upto
+            self._emit(Transcript("user", text, final=False))
+
+    def _check_end_of_turn(self, turn: UserTurn, now: int, probability: float) -> None:
+        silence_ms = (now - turn.last_speech) * 1000 / PIPELINE_RATE
+        if silence_ms < self.settings.stt_speculative_silence_ms:
+            return
+        turn.speculate()
+        # Until the transcript of all the speech is in, assume the user goes on: a
+        # partial may predate the last words ("We arrive." for "We arrive on").
+        text: str | None = None
+        if (speculative := turn.speculative_transcript()) is not None:
+            text, stt_ms = speculative
+            self._turn_taker.user_pauses(turn, text, stt_ms)
+        turn_ms = (now - turn.start) * 1000 / PIPELINE_RATE
+        if not self._detector.is_turn_over(silence_ms, text, turn_ms):
+            return
+        if probability >= RESUMING_PROBABILITY and turn.resuming_windows < RESUMING_WINDOWS:
+            turn.resuming_windows += 1
+            return
+        self._turn_taker.commit(turn)
+
+    def _trim_audio(self) -> None:
+        """Keep the current turn's audio, that of a turn that may yet merge with the next, and the pre-roll."""
+        received = self.timeline.received
+        keep_from = received - PREROLL_SAMPLES - int(self.settings.max_turn_s * PIPELINE_RATE)
+        pending = self._turn_taker.unanswered_start()
+        for start in (self.turn.start if self.turn else None, pending):
+            if start is not None:
+                keep_from = min(keep_from, start)
+        if self.turn is None and pending is None:
+            keep_from = max(keep_from, received - PREROLL_SAMPLES)
+        self.timeline.trim(keep_from)
+
+    async def close(self) -> None:
+        tasks = [t for t in (self._partial_task,) if t is not None]
+        if self.turn is not None:
+            tasks += self.turn.tasks()
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)

@@ -1,0 +1,30 @@
+"""An LLM backend that says words known in advance (a greeting, an apology).
+
+They go through the chunker and TTS like a generated answer, so they can be
+interrupted like one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+from .base import Message
+
+
+class ScriptedLLM:
+    name = "scripted"
+
+    def __init__(self, text: str):
+        self._text = text
+
+    async def stream_chat(self, messages: list[Message]) -> AsyncIterator[str]:
+        yield self._text
+
+    async def prefill(self, messages: list[Message]) -> None:
+        pass
+
+    async def warm_up(self) -> None:
+        pass
+
+    async def close(self) -> None:
+        pass

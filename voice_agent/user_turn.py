@@ -1,0 +1,154 @@
+"""One user turn: a stretch of speech from its first speech window to its commit, and the work started on it.
+
+While the user pauses, the final transcription starts speculatively, and an
+answer to that transcript may be prepared, held back until the turn commits.
+Both belong to the turn: more speech makes them stale, and the turn drops the
+prepared answer; a commit picks them up if they still match the audio.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from .audio import PIPELINE_RATE
+from .interfaces import STTBackend
+from .reply import Reply, ReplyTimings
+from .timeline import AudioTimeline
+from .vad import WINDOW_MS
+
+SPEECH_TAIL_SAMPLES = PIPELINE_RATE // 10  # Whisper gets 100 ms past the last speech window
+
+
+@dataclass
+class TurnMetrics:
+    turn: int
+    speech_end: float = 0.0  # monotonic arrival time of the last speech sample
+    endpoint_ms: float = 0.0
+    stt_final_ms: float = 0.0
+    stt_speculative: bool = False
+    preemptive: bool = False
+
+    def values(self, timings: ReplyTimings) -> dict[str, float | bool | None]:
+        """What a ``metrics`` event reports once the answer's first audio is out."""
+        assert timings.first_audio_at is not None  # reported on the first audio
+        return {
+            "turn": self.turn,
+            "voice_to_voice_ms": _round((timings.first_audio_at - self.speech_end) * 1000.0),
+            "endpoint_ms": _round(self.endpoint_ms),
+            "stt_final_ms": _round(self.stt_final_ms),
+            "stt_speculative": self.stt_speculative,
+            "preemptive": self.preemptive,
+            "llm_ttft_ms": _round(timings.llm_ttft_ms),
+            "first_chunk_ms": _round(timings.first_chunk_ms),
+            "tts_ttfa_ms": _round(timings.tts_ttfa_ms),
+        }
+
+
+class UserTurn:
+    def __init__(
+        self,
+        id: int,
+        start: int,
+        last_speech: int,
+        *,
+        speech_ms: float,
+        over_agent: bool,
+        timeline: AudioTimeline,
+        stt: STTBackend,
+        clock: Callable[[], float] = time.monotonic,
+    ):
+        self.id = id
+        self.start = start  # sample index where the turn's audio starts
+        self.last_speech = last_speech  # sample index just past the last speech window
+        self.speech_ms = speech_ms
+        self.over_agent = over_agent  # began while the agent was speaking
+        self.partial_upto = 0  # last_speech of the newest partial transcript
+        self.barge_check: asyncio.Task | None = None
+        self.barge_checked_ms = 0.0  # speech_ms when the last barge-in check started
+        self.resuming_windows = 0  # windows of this pause that held the commit back
+        self.metrics: TurnMetrics | None = None  # of the prepared answer
+        self._timeline = timeline
+        self._stt = stt
+        self._clock = clock
+        self._speculative: asyncio.Task | None = None
+        self._speculative_upto = -1  # last_speech that the speculative final was started for
+        self._prepared: tuple[Reply, asyncio.Task] | None = None
+        self._prepared_upto = -1  # _speculative_upto that the prepared answer answers
+
+    def audio(self, tail: int = 0) -> np.ndarray:
+        """The turn's audio up to the last speech, and ``tail`` samples more."""
+        return self._timeline.slice(self.start, self.last_speech + tail)
+
+    def on_speech(self, end: int) -> None:
+        """A speech window ending at sample ``end``: the user goes on, so a prepared answer is stale."""
+        self.last_speech = end
+        self.speech_ms += WINDOW_MS
+        self.resuming_windows = 0
+        self.drop_prepared()
+
+    def speculate(self) -> None:
+        """Run the final transcription as soon as a pause begins."""
+        if self._speculative_upto == self.last_speech:
+            return
+        if self._speculative is not None:
+            self._speculative.cancel()
+        self._speculative_upto = self.last_speech
+        self._speculative = asyncio.create_task(self._timed_transcribe(self.audio(SPEECH_TAIL_SAMPLES)))
+
+    def speculative_transcript(self) -> tuple[str, float] | None:
+        """The speculative final (text, ms it took) once it is in; a failure surfaces at :meth:`final_transcript`."""
+        task = self._speculative
+        if task is None or not task.done() or task.cancelled() or task.exception() is not None:
+            return None
+        return task.result()
+
+    async def final_transcript(self, metrics: TurnMetrics) -> str:
+        """The transcript of the whole turn: the speculative one if it covers all the speech."""
+        task = self._speculative
+        if task is not None and self._speculative_upto == self.last_speech and not task.cancelled():
+            metrics.stt_speculative = True
+        else:
+            task = asyncio.create_task(self._timed_transcribe(self.audio(SPEECH_TAIL_SAMPLES)))
+        text, metrics.stt_final_ms = await task
+        return text
+
+    async def _timed_transcribe(self, audio: np.ndarray) -> tuple[str, float]:
+        started = self._clock()
+        text = await self._stt.transcribe(audio)
+        return text, (self._clock() - started) * 1000.0
+
+    @property
+    def needs_answer(self) -> bool:
+        """Whether the speculative transcript has no prepared answer yet."""
+        return self._prepared_upto != self._speculative_upto
+
+    def prepare(self, reply: Reply, metrics: TurnMetrics) -> None:
+        """Start ``reply``, held, as the answer to the speculative transcript."""
+        self.drop_prepared()
+        self.metrics = metrics
+        self._prepared_upto = self._speculative_upto
+        self._prepared = (reply, asyncio.create_task(reply.run()))
+
+    def prepared(self) -> tuple[Reply, asyncio.Task] | None:
+        """The prepared answer and its task, if it answers all the speech."""
+        return self._prepared if self._prepared_upto == self.last_speech else None
+
+    def drop_prepared(self) -> None:
+        if self._prepared is not None:
+            self._prepared[1].cancel()
+        self._prepared = self.metrics = None
+        self._prepared_upto = -1
+
+    def tasks(self) -> list[asyncio.Task]:
+        """Everything still running for this turn."""
+        prepared = None if self._prepared is None else self._prepared[1]
+        return [t for t in (self._speculative, prepared, self.barge_check) if t is not None]
+
+
+def _round(value: float | None) -> float | None:
+    return None if value is None else round(value, 1)

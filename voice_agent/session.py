@@ -10,34 +10,62 @@ answer (:mod:`.reply`). Whisper, the LLM and Piper run in worker threads.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import dataclasses
 import enum
+import itertools
 import logging
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
+from .audio import PIPELINE_RATE
 from .barge_in import BargeIn, BargeInPolicy
 from .config import Settings
 from .conversation import Conversation
 from .engines import Engines
-from .listener import Listener
+from .listener import PREROLL_SAMPLES, Listener
 from .llm.base import LLMBackend, Message
+from .llm.limited import TokenLimited
 from .llm.scripted import ScriptedLLM
 from .protocols.events import (
+    MANUAL,
+    NO_TOKEN_LIMIT,
+    SEMANTIC_VAD,
+    SERVER_VAD,
     AudioReceived,
     Clear,
     Error,
+    InputClear,
+    InputCleared,
+    InputCommit,
     InputEvent,
     MarkPlayed,
     Metrics,
     OutputEvent,
     ProtocolError,
+    ResponseCancel,
+    ResponseEnded,
+    ResponseRequest,
+    ResponseStarted,
+    SessionConfig,
     SessionStarted,
+    SessionUpdate,
+    SpeechStarted,
     StreamStopped,
     TextReceived,
     Transcript,
+    Truncated,
+    TruncateRequest,
+    TurnCommitted,
+    TurnDetection,
+    TurnIgnored,
+    UserText,
+    UserTextAdded,
 )
 from .reply import Reply
 from .turn import has_words
@@ -46,6 +74,10 @@ from .user_turn import TurnMetrics, UserTurn
 log = logging.getLogger(__name__)
 
 APOLOGY = "Sorry, something went wrong on my side. Could you say that again?"
+# semantic_vad's eagerness scales the transcript-aware silences: with the
+# defaults "high" answers 210 ms after a complete sentence, "low" after 700 ms.
+EAGERNESS_SCALE = {"high": 0.6, "medium": 1.0, "auto": 1.0, "low": 2.0}
+REMEMBERED_ANSWERS = 64  # answers a client may still truncate
 
 
 class TurnState(enum.Enum):
@@ -67,6 +99,15 @@ class _Answer:
     @property
     def heard_nothing(self) -> bool:
         return self.reply is None or not self.reply.started_audio
+
+
+@dataclass
+class _Spoken:
+    """An answer a client may truncate to what it played."""
+
+    reply: Reply
+    message: Message | None = None  # its message in the history, once remembered
+    cut_s: float | None = None  # a truncation that came while it still played
 
 
 class Session:
@@ -92,6 +133,16 @@ class Session:
         )
         self._answer: _Answer | None = None
         self.closed = False
+        # What a client may choose for itself (the Realtime protocol's session.update):
+        # it changes a copy of the server's settings, so other sessions never see it.
+        self._server_settings = settings
+        self.voice = Path(getattr(engines.tts, "voice_path", "")).name.removesuffix(".onnx")
+        self.turn_detection = TurnDetection()
+        self._max_output_tokens = NO_TOKEN_LIMIT
+        self._inputs: list[asyncio.Future[str]] = []  # user input not answered yet: text, committed turns
+        self._answer_numbers = itertools.count(1)
+        self._spoken: OrderedDict[int, _Spoken] = OrderedDict()
+        self._cancel_reason = ""  # why the answer under way is cancelled, for ResponseEnded
 
     @property
     def state(self) -> TurnState:
@@ -140,7 +191,23 @@ class Session:
                 self.commit(self.listener.turn)
         elif isinstance(event, ProtocolError):
             log.warning("session %s: %s: %s", self.id, event.code, event.message)
-            self._emit(Error(event.code, event.message))
+            self._emit(Error(event.code, event.message, event.event_id))
+        elif isinstance(event, SessionUpdate):
+            self._on_update(event)
+        elif isinstance(event, InputCommit):
+            self._on_commit_request(event)
+        elif isinstance(event, InputClear):
+            self.listener.clear()
+            self._emit(InputCleared())
+        elif isinstance(event, UserText):
+            self._inputs.append(_ready(event.text))
+            self._emit(UserTextAdded(event.text))
+        elif isinstance(event, ResponseRequest):
+            self._on_response_request(event)
+        elif isinstance(event, ResponseCancel):
+            self._on_cancel(event)
+        elif isinstance(event, TruncateRequest):
+            self._on_truncate(event)
 
     def _on_start(self, event: SessionStarted) -> None:
         self.listener.set_sample_rate(event.sample_rate)
@@ -174,6 +241,7 @@ class Session:
             # The user went on before the agent said anything: one turn, not two.
             if self._answer.turn_start is not None:
                 start = self._answer.turn_start
+            self._cancel_reason = "turn_detected"
             self._cancel_answer()
         return start, self.state is TurnState.SPEAKING
 
@@ -182,7 +250,9 @@ class Session:
 
     def user_speaks(self, turn: UserTurn) -> None:
         """Interrupt the agent for real speech, not for "mm-hm" or a cough (:mod:`.barge_in`)."""
-        if self._reply is None:
+        if not turn.over_agent:
+            self._announce(turn)
+        if self._reply is None or not self.turn_detection.interrupt_response:
             return
         checking = turn.barge_check is not None and not turn.barge_check.done()
         action = self.barge_in.decide(turn.speech_ms, turn.barge_checked_ms, checking)
@@ -213,6 +283,8 @@ class Session:
     def _yield_to(self, turn: UserTurn, text: str) -> None:
         log.info("session %s: barge-in after %.0f ms of speech %r", self.id, turn.speech_ms, text)
         turn.over_agent = False
+        self._announce(turn)
+        self._cancel_reason = "turn_detected"
         self._interrupt()
 
     def _interrupt(self) -> None:
@@ -223,7 +295,7 @@ class Session:
             self._emit(Clear())
             heard = reply.heard_text()
             self._emit(Transcript("agent", heard, final=True))
-            self.conversation.remember(reply.user_text, heard)
+            self._remember(reply, heard)
 
     def _cancel_answer(self) -> asyncio.Task | None:
         task, self._answer = None if self._answer is None else self._answer.task, None
@@ -241,6 +313,8 @@ class Session:
             log.debug("session %s: ignoring %.0f ms of speech over the agent", self.id, turn.speech_ms)
             self._reply.resume()
             return
+        self._announce(turn)
+        self._emit(TurnCommitted(turn.id, turn.last_speech * 1000 // PIPELINE_RATE))
         metrics = turn.metrics or TurnMetrics(turn.id)
         timeline = self.listener.timeline
         metrics.speech_end = timeline.arrival_time(timeline.refine_end(turn.last_speech))
@@ -262,8 +336,13 @@ class Session:
         if not has_words(text) or (turn.over_agent and self.barge_in.is_backchannel(text)):
             log.info("session %s: turn %d had no words for the agent: %r", self.id, turn.id, text)
             self._answer = None
+            self._emit(TurnIgnored(turn.id))
             return
         self._emit(Transcript("user", text, final=True))
+        if not self.turn_detection.create_response:
+            self._answer = None
+            self._inputs.append(_ready(text))  # answered when the client asks for a response
+            return
         if (prepared := turn.prepared()) is not None:
             reply, running = prepared
             metrics.preemptive = True
@@ -294,7 +373,11 @@ class Session:
         messages: list[Message],
         metrics: TurnMetrics | None,
         held: bool = False,
+        max_tokens: int | None = None,
     ) -> Reply:
+        limit = self._max_output_tokens if max_tokens is None else max_tokens
+        if limit != NO_TOKEN_LIMIT and llm is self.engines.llm:
+            llm = TokenLimited(llm, limit)
         return Reply(
             llm=llm,
             tts=self.engines.tts,
@@ -317,33 +400,201 @@ class Session:
         Cancelling this task cancels ``running`` too: asyncio cancels what a cancelled task awaits.
         """
         answer.reply = reply
+        number = next(self._answer_numbers)
+        self._spoken[number] = _Spoken(reply)
+        while len(self._spoken) > REMEMBERED_ANSWERS:
+            self._spoken.popitem(last=False)
+        self._emit(ResponseStarted(number))
         reply.resume()
         failed = False
         try:
             await running
         except asyncio.CancelledError:
+            self._emit(ResponseEnded(number, "cancelled", self._cancel_reason))
             raise
         except Exception as exc:  # a stage failed: tell the client, keep the session
             log.exception("session %s: reply failed", self.id)
             self._emit(Error("reply_failed", f"the answer failed: {type(exc).__name__}"))
             failed = True
+        self._emit(ResponseEnded(number, "failed" if failed else "completed"))
         if self._answer is answer:
             self._emit(Transcript("agent", reply.text, final=True))
-            self.conversation.remember(reply.user_text, reply.text)
+            self._remember(reply, reply.text)
             self._answer = None
             # Apologize for a failed answer to the user; never for fixed words, so no loop.
             if failed and reply.user_text:
                 self._say(APOLOGY)
+
+    def _remember(self, reply: Reply, heard: str) -> None:
+        message = self.conversation.remember(reply.user_text, heard)
+        spoken = next((s for s in reversed(self._spoken.values()) if s.reply is reply), None)
+        if spoken is not None:
+            spoken.message = message
+            if spoken.cut_s is not None and spoken.cut_s < reply.heard_s():
+                self.conversation.truncate(message, reply.text_until(spoken.cut_s))
 
     def _report(self, reply: Reply, metrics: TurnMetrics) -> None:
         values = metrics.values(reply.timings)
         log.info("session %s: metrics %s", self.id, values)
         self._emit(Metrics(values))
 
+    # What a Realtime client controls itself.
+
+    def _announce(self, turn: UserTurn) -> None:
+        """Tell the client a user turn began; over the agent, only once it interrupts."""
+        if not turn.announced:
+            turn.announced = True
+            self._emit(SpeechStarted(turn.id, turn.start * 1000 // PIPELINE_RATE))
+
+    def _on_update(self, event: SessionUpdate) -> None:
+        if event.sample_rate is not None and event.sample_rate != self.sample_rate:
+            self.listener.set_sample_rate(event.sample_rate)
+        if event.instructions is not None:
+            self.conversation.system_prompt = event.instructions
+        if event.voice is not None and event.voice != self.voice:
+            message = f"unknown voice {event.voice!r}; this server has {self.voice!r}, which the session keeps"
+            self._emit(Error("invalid_voice", message, event.event_id))
+        if event.turn_detection is not None:
+            self._set_turn_detection(event.turn_detection)
+        if event.max_output_tokens is not None:
+            self._max_output_tokens = event.max_output_tokens
+        self._emit(
+            SessionConfig(
+                self.conversation.system_prompt,
+                self.voice,
+                self.turn_detection,
+                self._max_output_tokens,
+                self.sample_rate,
+            )
+        )
+
+    def _set_turn_detection(self, detection: TurnDetection) -> None:
+        """Map a client's turn detection onto this session's VAD threshold, silences and pre-roll."""
+        base = self._server_settings
+        complete, default, incomplete = (
+            base.end_silence_complete_ms,
+            base.end_silence_ms,
+            base.end_silence_incomplete_ms,
+        )
+        if detection.mode == SEMANTIC_VAD:
+            scale = EAGERNESS_SCALE[detection.eagerness]
+            complete, default, incomplete = (round(ms * scale) for ms in (complete, default, incomplete))
+        elif detection.silence_ms is not None:
+            # The client's silence ends a turn whose words give no hint; a complete
+            # sentence never waits longer, a trailing "and" never shorter.
+            default = detection.silence_ms
+            complete, incomplete = min(complete, default), max(incomplete, default)
+        threshold = base.vad_threshold if detection.threshold is None else detection.threshold
+        self.settings = dataclasses.replace(
+            base,
+            vad_threshold=threshold,
+            end_silence_complete_ms=complete,
+            end_silence_ms=default,
+            end_silence_incomplete_ms=incomplete,
+            # An answer prepared in the pause is wasted when the client decides when to answer.
+            preemptive_generation=base.preemptive_generation if detection.create_response else 0,
+        )
+        preroll = PREROLL_SAMPLES
+        if detection.prefix_padding_ms is not None:
+            preroll = detection.prefix_padding_ms * PIPELINE_RATE // 1000
+        self.listener.configure(self.settings, preroll, manual=detection.mode == MANUAL)
+        self.turn_detection = dataclasses.replace(
+            detection,
+            silence_ms=default if detection.mode == SERVER_VAD else None,
+            prefix_padding_ms=preroll * 1000 // PIPELINE_RATE,
+            threshold=threshold,
+        )
+
+    def _on_commit_request(self, event: InputCommit) -> None:
+        if not self.listener.manual:
+            if self.listener.turn is None:
+                self._emit(Error("input_audio_buffer_commit_empty", "no speech to commit", event.event_id))
+            else:
+                self.commit(self.listener.turn)
+            return
+        span = self.listener.take_buffer()
+        if span is None:
+            message = "the input audio buffer holds less than 100 ms of audio"
+            self._emit(Error("input_audio_buffer_commit_empty", message, event.event_id))
+            return
+        turn_id = next(self.listener.turn_ids)
+        self._emit(TurnCommitted(turn_id, span[1] * 1000 // PIPELINE_RATE))
+        audio = self.listener.timeline.slice(*span)
+        self._inputs.append(asyncio.create_task(self._transcribe_committed(turn_id, audio)))
+
+    async def _transcribe_committed(self, turn_id: int, audio: np.ndarray) -> str:
+        """The words of a turn the client committed; they are answered when it asks for a response."""
+        try:
+            text = await self.engines.stt.transcribe(audio)
+        except Exception as exc:
+            log.exception("session %s: transcription failed", self.id)
+            self._emit(Error("stt_failed", f"transcription failed: {type(exc).__name__}"))
+            text = ""
+        if has_words(text):
+            self._emit(Transcript("user", text, final=True))
+        else:
+            self._emit(TurnIgnored(turn_id))
+        return text
+
+    def _on_response_request(self, event: ResponseRequest) -> None:
+        if self._answer is not None:
+            message = "a response is in progress; cancel it or wait for response.done"
+            self._emit(Error("conversation_already_has_active_response", message, event.event_id))
+            return
+        inputs, self._inputs = self._inputs, []
+        answer = self._answer = _Answer(turn_start=None)
+        answer.task = asyncio.create_task(self._answer_request(answer, inputs, event))
+
+    async def _answer_request(self, answer: _Answer, inputs: list[asyncio.Future[str]], request: ResponseRequest):
+        metrics = TurnMetrics(next(self.listener.turn_ids), speech_end=self._clock())
+        texts = []
+        for item in inputs:
+            with contextlib.suppress(Exception):  # a failed transcription was reported already
+                texts.append(await item)
+        text = " ".join(t for t in texts if has_words(t))
+        messages = self.conversation.messages_for(text, request.instructions)
+        reply = self._new_reply(
+            metrics.turn, text, self.engines.llm, messages, metrics, max_tokens=request.max_output_tokens
+        )
+        await self._play(answer, reply, asyncio.create_task(reply.run()))
+
+    def _on_cancel(self, event: ResponseCancel) -> None:
+        if self._answer is None:
+            self._emit(Error("response_cancel_not_active", "there is no response to cancel", event.event_id))
+            return
+        self._cancel_reason = "client_cancelled"
+        self._interrupt()
+
+    def _on_truncate(self, event: TruncateRequest) -> None:
+        spoken = self._spoken.get(event.response)
+        if spoken is None:
+            self._emit(Error("item_not_found", "that answer is no longer known to the server", event.event_id))
+            return
+        seconds = event.audio_end_ms / 1000.0
+        if seconds > spoken.reply.sent_s + 0.001:
+            message = f"audio_end_ms {event.audio_end_ms} is past the {spoken.reply.sent_s * 1000:.0f} ms of audio sent"
+            self._emit(Error("invalid_value", message, event.event_id))
+            return
+        text = spoken.reply.text_until(seconds)
+        if spoken.message is not None:
+            self.conversation.truncate(spoken.message, text)
+        else:
+            spoken.cut_s = seconds
+        self._emit(Truncated(event.response, event.audio_end_ms, text))
+
     async def close(self) -> None:
         """Stop everything this session started."""
         self.closed = True
+        for item in self._inputs:
+            item.cancel()
         if (task := self._cancel_answer()) is not None:
             await asyncio.gather(task, return_exceptions=True)
         await self.listener.close()
         await self.conversation.close()
+
+
+def _ready(text: str) -> asyncio.Future[str]:
+    """Input whose words are known already (typed text, a turn transcribed before it was asked about)."""
+    future: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+    future.set_result(text)
+    return future

@@ -72,6 +72,7 @@ class UserTurn:
         self.barge_checked_ms = 0.0  # speech_ms when the last barge-in check started
         self.resuming_windows = 0  # windows of this pause that held the commit back
         self.metrics: TurnMetrics | None = None  # of the prepared answer
+        self.announced = False  # the client was told it began (SpeechStarted)
         self._timeline = timeline
         self._stt = stt
         self._clock = clock

@@ -456,3 +456,12 @@ def test_the_other_codecs_ignore_the_realtime_events():
     ):
         assert NativeProtocol().send(event) is None
         assert twilio.send(event) is None
+
+
+def test_a_committed_turn_merged_into_the_next_is_deleted():
+    codec = RealtimeProtocol()
+    item_id = send(codec, SpeechStarted(1, 0))[0]["item_id"]
+    send(codec, TurnCommitted(1, 600))
+    (deleted,) = send(codec, TurnIgnored(1, merged=True))
+    assert deleted["type"] == "conversation.item.deleted" and deleted["item_id"] == item_id
+    assert send(codec, TurnIgnored(1)) == []  # nothing left to report for it

@@ -236,3 +236,30 @@ async def test_max_output_tokens_stops_the_llm_stream():
     assert h.session.history[-1]["content"] == "One two three four five"
     assert h.llm.closed == 2
     await h.session.close()
+
+
+async def test_a_turn_merged_into_the_next_is_reported_so():
+    h = Harness()
+    h.llm.delay = 0.3  # the agent is slow to start
+    await h.feed(tone(0.3), realtime=False)
+    await h.feed(quiet(0.3))
+    await h.until(lambda: h.llm.requests)
+    await h.feed(tone(0.3))  # the user goes on before any audio
+    await h.feed(quiet(0.3))
+    h.llm.delay = 0.001
+    await h.until(lambda: h.finals("agent"))
+    first, second = h.of(SpeechStarted)
+    assert h.of(TurnIgnored) == [TurnIgnored(first.turn, merged=True)]
+    assert [e.turn for e in h.of(TurnCommitted)] == [first.turn, second.turn]
+    assert second.audio_start_ms == first.audio_start_ms  # one turn from the first word
+    await h.session.close()
+
+
+async def test_text_typed_before_a_spoken_turn_is_asked_with_it():
+    h = Harness()
+    h.session.handle(UserText("My name is Ann."))
+    await h.feed(tone(0.3), realtime=False)
+    await h.feed(quiet(0.4))
+    await h.until(lambda: h.of(ResponseEnded))
+    assert h.llm.requests[-1][-1] == {"role": "user", "content": "My name is Ann. word word word."}
+    await h.session.close()

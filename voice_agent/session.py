@@ -93,6 +93,7 @@ class _Answer:
     """The answer under way: to the spoken turn whose audio starts at ``turn_start``; None for text, fixed words."""
 
     turn_start: int | None
+    turn_id: int | None = None  # the spoken turn it answers
     task: asyncio.Task | None = None
     reply: Reply | None = None  # set once it is the reply the user hears
 
@@ -241,6 +242,8 @@ class Session:
             # The user went on before the agent said anything: one turn, not two.
             if self._answer.turn_start is not None:
                 start = self._answer.turn_start
+            if self._answer.turn_id is not None:
+                self._emit(TurnIgnored(self._answer.turn_id, merged=True))
             self._cancel_reason = "turn_detected"
             self._cancel_answer()
         return start, self.state is TurnState.SPEAKING
@@ -319,7 +322,7 @@ class Session:
         timeline = self.listener.timeline
         metrics.speech_end = timeline.arrival_time(timeline.refine_end(turn.last_speech))
         metrics.endpoint_ms = (self._clock() - metrics.speech_end) * 1000.0
-        answer = self._answer = _Answer(turn_start=turn.start)
+        answer = self._answer = _Answer(turn_start=turn.start, turn_id=turn.id)
         answer.task = asyncio.create_task(self._respond(answer, turn, metrics))
 
     # The answer.
@@ -343,6 +346,9 @@ class Session:
             self._answer = None
             self._inputs.append(_ready(text))  # answered when the client asks for a response
             return
+        if typed := self._take_typed():  # text the client added since the last answer is asked with the turn
+            text = f"{typed} {text}"
+            turn.drop_prepared()
         if (prepared := turn.prepared()) is not None:
             reply, running = prepared
             metrics.preemptive = True
@@ -535,6 +541,12 @@ class Session:
         else:
             self._emit(TurnIgnored(turn_id))
         return text
+
+    def _take_typed(self) -> str:
+        """The words of user input waiting for an answer that are known already, taken off the queue."""
+        ready = [item for item in self._inputs if item.done() and not item.cancelled() and item.exception() is None]
+        self._inputs = [item for item in self._inputs if item not in ready]
+        return " ".join(t for t in (item.result() for item in ready) if has_words(t))
 
     def _on_response_request(self, event: ResponseRequest) -> None:
         if self._answer is not None:

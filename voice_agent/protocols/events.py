@@ -226,9 +226,10 @@ class TurnCommitted:
 
 @dataclass(frozen=True)
 class TurnIgnored:
-    """A committed turn had no words (a cough, a door): nothing is answered."""
+    """A committed turn had no words (a cough, a door), or was ``merged`` into the next: nothing answers it."""
 
     turn: int
+    merged: bool = False  # the user went on before the answer began: its audio belongs to the next turn
 
 
 @dataclass(frozen=True)

@@ -450,6 +450,8 @@ class RealtimeProtocol:
         if item is None:
             return []
         c.committed.remove(item)
+        if event.merged:
+            return [self._event("conversation.item.deleted", item_id=item.id)]
         return [self._transcription_completed(item, "")]
 
     def _render_cleared(self, event: InputCleared) -> list[str]:

@@ -465,3 +465,9 @@ def test_a_committed_turn_merged_into_the_next_is_deleted():
     (deleted,) = send(codec, TurnIgnored(1, merged=True))
     assert deleted["type"] == "conversation.item.deleted" and deleted["item_id"] == item_id
     assert send(codec, TurnIgnored(1)) == []  # nothing left to report for it
+    # Merged after its transcript was sent: deleted all the same, its words are in the next turn's.
+    item_id = send(codec, SpeechStarted(2, 0))[0]["item_id"]
+    send(codec, TurnCommitted(2, 600))
+    send(codec, Transcript("user", "And so my fellow", True))
+    (deleted,) = send(codec, TurnIgnored(2, merged=True))
+    assert deleted["item_id"] == item_id

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from tests.test_session import Harness, quiet, tone
+from tests.test_session import BrokenLLM, Harness, quiet, tone
 from voice_agent.protocols.events import (
     MANUAL,
     SEMANTIC_VAD,
@@ -188,6 +188,13 @@ async def test_barge_in_is_reported_as_speech_started_and_a_cancelled_response()
         "ResponseEnded:cancelled",
     ]
     assert h.of(ResponseEnded)[0].reason == "turn_detected"
+    # Ended the moment the agent stopped, not once its stages wound down.
+    interrupted_at = h.events.index(h.of(SpeechStarted)[1])
+    assert [type(e).__name__ for e in h.events[interrupted_at + 1 : interrupted_at + 4]] == [
+        "Clear",
+        "Transcript",
+        "ResponseEnded",
+    ]
     await h.session.close()
 
 
@@ -262,4 +269,15 @@ async def test_text_typed_before_a_spoken_turn_is_asked_with_it():
     await h.feed(quiet(0.4))
     await h.until(lambda: h.of(ResponseEnded))
     assert h.llm.requests[-1][-1] == {"role": "user", "content": "My name is Ann. word word word."}
+    await h.session.close()
+
+
+async def test_a_failed_answer_ends_failed_and_the_apology_is_an_answer_of_its_own():
+    h = Harness()
+    h.session.engines.llm = BrokenLLM("")
+    h.session.handle(UserText("Hello."))
+    h.session.handle(ResponseRequest())
+    await h.until(lambda: len(h.of(ResponseEnded)) == 2)
+    assert [(e.response, e.status) for e in h.of(ResponseEnded)] == [(1, "failed"), (2, "completed")]
+    assert [e.response for e in h.of(ResponseStarted)] == [1, 2]
     await h.session.close()

@@ -94,6 +94,7 @@ class _Answer:
 
     turn_start: int | None
     turn_id: int | None = None  # the spoken turn it answers
+    number: int | None = None  # its response number, once it plays (ResponseStarted)
     task: asyncio.Task | None = None
     reply: Reply | None = None  # set once it is the reply the user hears
 
@@ -293,18 +294,23 @@ class Session:
     def _interrupt(self) -> None:
         """Stop the agent now: every stage, the client's buffer, and the history."""
         reply = self._reply
-        self._cancel_answer()
         if reply is not None and reply.started_audio:
             self._emit(Clear())
             heard = reply.heard_text()
             self._emit(Transcript("agent", heard, final=True))
             self._remember(reply, heard)
+        self._cancel_answer()
 
     def _cancel_answer(self) -> asyncio.Task | None:
-        task, self._answer = None if self._answer is None else self._answer.task, None
-        if task is not None:
-            task.cancel()
-        return task
+        """Cancel the answer under way; a client hears that it ended now, not once its stages have wound down."""
+        answer, self._answer = self._answer, None
+        if answer is None:
+            return None
+        if answer.number is not None:
+            self._emit(ResponseEnded(answer.number, "cancelled", self._cancel_reason))
+        if answer.task is not None:
+            answer.task.cancel()
+        return answer.task
 
     def commit(self, turn: UserTurn) -> None:
         if self.listener.turn is turn:
@@ -406,7 +412,7 @@ class Session:
         Cancelling this task cancels ``running`` too: asyncio cancels what a cancelled task awaits.
         """
         answer.reply = reply
-        number = next(self._answer_numbers)
+        number = answer.number = next(self._answer_numbers)
         self._spoken[number] = _Spoken(reply)
         while len(self._spoken) > REMEMBERED_ANSWERS:
             self._spoken.popitem(last=False)
@@ -416,17 +422,16 @@ class Session:
         try:
             await running
         except asyncio.CancelledError:
-            self._emit(ResponseEnded(number, "cancelled", self._cancel_reason))
             raise
         except Exception as exc:  # a stage failed: tell the client, keep the session
             log.exception("session %s: reply failed", self.id)
             self._emit(Error("reply_failed", f"the answer failed: {type(exc).__name__}"))
             failed = True
-        self._emit(ResponseEnded(number, "failed" if failed else "completed"))
-        if self._answer is answer:
+        if self._answer is answer:  # else it was cancelled, and said so
             self._emit(Transcript("agent", reply.text, final=True))
             self._remember(reply, reply.text)
             self._answer = None
+            self._emit(ResponseEnded(number, "failed" if failed else "completed"))
             # Apologize for a failed answer to the user; never for fixed words, so no loop.
             if failed and reply.user_text:
                 self._say(APOLOGY)

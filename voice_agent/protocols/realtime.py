@@ -151,6 +151,7 @@ class _Conversation:
     text_item_ids: deque[str] = field(default_factory=deque)  # client ids of user text not added yet
     response: _Response | None = None
     responses: OrderedDict[str, int] = field(default_factory=OrderedDict)  # item id -> response number
+    user_items: OrderedDict[int, str] = field(default_factory=OrderedDict)  # turn -> item id, recent turns
 
 
 class RealtimeProtocol:
@@ -428,6 +429,9 @@ class RealtimeProtocol:
         c.speaking = None
         item.audio_end_ms = event.audio_end_ms
         c.committed.append(item)
+        c.user_items[item.turn] = item.id
+        while len(c.user_items) > REMEMBERED_RESPONSES:
+            c.user_items.popitem(last=False)
         previous, c.last_item = c.last_item, item.id
         user_item = {
             "id": item.id,
@@ -447,12 +451,12 @@ class RealtimeProtocol:
     def _render_ignored(self, event: TurnIgnored) -> list[str]:
         c = self._conversation
         item = next((i for i in c.committed if i.turn == event.turn), None)
-        if item is None:
-            return []
-        c.committed.remove(item)
-        if event.merged:
-            return [self._event("conversation.item.deleted", item_id=item.id)]
-        return [self._transcription_completed(item, "")]
+        if item is not None:
+            c.committed.remove(item)
+        if event.merged:  # its audio and words are the next turn's now, even if its transcript was sent
+            item_id = c.user_items.pop(event.turn, None)
+            return [] if item_id is None else [self._event("conversation.item.deleted", item_id=item_id)]
+        return [] if item is None else [self._transcription_completed(item, "")]
 
     def _render_cleared(self, event: InputCleared) -> list[str]:
         self._conversation.speaking = None

@@ -257,6 +257,16 @@ async def test_a_turn_merged_into_the_next_is_reported_so():
     await h.until(lambda: h.finals("agent"))
     first, second = h.of(SpeechStarted)
     assert h.of(TurnIgnored) == [TurnIgnored(first.turn, merged=True)]
+    # The answer to the first part was playing (held): it ends right after the new turn is told.
+    assert lifecycle(h)[:7] == [
+        "SpeechStarted",
+        "TurnCommitted",
+        "UserFinal",
+        "ResponseStarted",
+        "TurnIgnored",
+        "SpeechStarted",
+        "ResponseEnded:cancelled",
+    ]
     assert [e.turn for e in h.of(TurnCommitted)] == [first.turn, second.turn]
     assert second.audio_start_ms == first.audio_start_ms  # one turn from the first word
     await h.session.close()

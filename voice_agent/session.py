@@ -145,6 +145,7 @@ class Session:
         self._answer_numbers = itertools.count(1)
         self._spoken: OrderedDict[int, _Spoken] = OrderedDict()
         self._cancel_reason = ""  # why the answer under way is cancelled, for ResponseEnded
+        self._unreported_end: ResponseEnded | None = None  # an answer a new turn cancelled, told after it
 
     @property
     def state(self) -> TurnState:
@@ -246,7 +247,8 @@ class Session:
             if self._answer.turn_id is not None:
                 self._emit(TurnIgnored(self._answer.turn_id, merged=True))
             self._cancel_reason = "turn_detected"
-            self._cancel_answer()
+            # The client hears of the new turn first, then of the answer it cancelled (_announce).
+            self._cancel_answer(report=False)
         return start, self.state is TurnState.SPEAKING
 
     def unanswered_start(self) -> int | None:
@@ -301,13 +303,17 @@ class Session:
             self._remember(reply, heard)
         self._cancel_answer()
 
-    def _cancel_answer(self) -> asyncio.Task | None:
+    def _cancel_answer(self, report: bool = True) -> asyncio.Task | None:
         """Cancel the answer under way; a client hears that it ended now, not once its stages have wound down."""
         answer, self._answer = self._answer, None
         if answer is None:
             return None
         if answer.number is not None:
-            self._emit(ResponseEnded(answer.number, "cancelled", self._cancel_reason))
+            ended = ResponseEnded(answer.number, "cancelled", self._cancel_reason)
+            if report:
+                self._emit(ended)
+            else:
+                self._unreported_end = ended
         if answer.task is not None:
             answer.task.cancel()
         return answer.task
@@ -456,6 +462,9 @@ class Session:
         if not turn.announced:
             turn.announced = True
             self._emit(SpeechStarted(turn.id, turn.start * 1000 // PIPELINE_RATE))
+        if self._unreported_end is not None:
+            self._emit(self._unreported_end)
+            self._unreported_end = None
 
     def _on_update(self, event: SessionUpdate) -> None:
         if event.sample_rate is not None and event.sample_rate != self.sample_rate:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import time
 from pathlib import Path
@@ -58,3 +59,21 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if SERVER_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.e2e)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """In the fast tier (scripts/test sets VOICE_AGENT_FAST_TIER=1), loading a real model is an error:
+    a test that needs one is marked ``models`` or ``e2e``, and the fast tier stays fast."""
+    if os.environ.get("VOICE_AGENT_FAST_TIER") != "1":
+        return
+    from voice_agent.llm.llamacpp import LlamaCppBackend
+    from voice_agent.stt import WhisperSTT
+    from voice_agent.tts import PiperTTS
+    from voice_agent.vad import SileroVAD
+
+    for engine in (SileroVAD, WhisperSTT, LlamaCppBackend, PiperTTS):
+
+        def refuse(self, *args, _name: str = engine.__name__, **kwargs) -> None:
+            raise RuntimeError(f"the fast tier loads no real model ({_name}): mark the test `models` or `e2e`")
+
+        engine.__init__ = refuse  # type: ignore[method-assign]

@@ -6,6 +6,7 @@ import asyncio
 import json
 import time
 
+import httpx
 import pytest
 import websockets
 
@@ -17,10 +18,24 @@ TELEPHONY_TOKEN = "phone-7d41b0-secret"
 GOOD_ORIGIN = "https://app.example.com"
 
 
-def test_no_token_and_no_origins_let_everyone_in():
+def test_no_token_lets_any_non_browser_and_any_same_origin_page_in():
     policy = AccessPolicy()
-    assert policy.refusal({"origin": "https://evil.example"}, {}) is None
     assert policy.refusal({}, {}) is None
+    assert policy.refusal({"origin": "http://agent.example:8000", "host": "agent.example:8000"}, {}) is None
+    assert policy.refusal({"origin": "HTTPS://Agent.Example", "host": "agent.example"}, {}) is None
+
+
+def test_cross_origin_browsers_are_refused_by_default_and_let_in_by_the_list_or_a_star():
+    cross = {"origin": "https://evil.example", "host": "agent.example"}
+    assert AccessPolicy().refusal(cross, {}) == FORBIDDEN_ORIGIN
+    assert AccessPolicy().refusal({"origin": "http://agent.example:8001", "host": "agent.example:8000"}, {}) == (
+        FORBIDDEN_ORIGIN
+    )
+    assert AccessPolicy().refusal({"origin": "null", "host": "agent.example"}, {}) == FORBIDDEN_ORIGIN
+    assert AccessPolicy().refusal({"origin": "null"}, {}) == FORBIDDEN_ORIGIN  # no host: never "the same"
+    assert AccessPolicy().refusal({"origin": "http://[::1", "host": "x"}, {}) == FORBIDDEN_ORIGIN
+    assert AccessPolicy(allowed_origins=["https://evil.example"]).refusal(cross, {}) is None
+    assert AccessPolicy(allowed_origins=["*"]).refusal(cross, {}) is None
 
 
 def test_the_token_as_a_bearer_header_or_a_query_parameter():
@@ -37,17 +52,17 @@ def test_the_token_as_a_bearer_header_or_a_query_parameter():
 
 
 def test_origins_are_matched_without_case_or_trailing_slash_and_absent_origin_passes():
-    policy = AccessPolicy(allowed_origins=f" {GOOD_ORIGIN}/ , http://localhost:8000")
+    policy = AccessPolicy(allowed_origins=[f" {GOOD_ORIGIN}/ ", "http://localhost:8000"])
     assert policy.refusal({"origin": "HTTPS://App.Example.com"}, {}) is None
     assert policy.refusal({"origin": "http://localhost:8000"}, {}) is None
     assert policy.refusal({"origin": "http://localhost:8001"}, {}) == FORBIDDEN_ORIGIN
     assert policy.refusal({"origin": "null"}, {}) == FORBIDDEN_ORIGIN
     assert policy.refusal({}, {}) is None  # not a browser: the token's business
-    assert AccessPolicy(allowed_origins="*").refusal({"origin": "https://any.example"}, {}) is None
+    assert AccessPolicy(allowed_origins=["*"]).refusal({"origin": "https://any.example"}, {}) is None
 
 
 def test_a_wrong_origin_is_refused_before_the_token_is_looked_at():
-    policy = AccessPolicy(token=TOKEN, allowed_origins=GOOD_ORIGIN)
+    policy = AccessPolicy(token=TOKEN, allowed_origins=[GOOD_ORIGIN])
     assert policy.refusal({"origin": "https://evil.example"}, {"token": TOKEN}) == FORBIDDEN_ORIGIN
 
 
@@ -87,6 +102,31 @@ async def test_the_server_asks_for_the_token_and_the_origin(guarded):
     assert await handshake_status(f"{base}/ws?token={TOKEN}", origin=GOOD_ORIGIN) is None
     # Telephony streams keep their own token in the path, and the origin list applies to them too.
     assert await handshake_status(f"{base}/twilio/{TELEPHONY_TOKEN}", origin="https://evil.example") == 403
+
+
+@pytest.mark.e2e
+async def test_same_origin_pages_get_in_and_telephony_takes_only_its_path_token(guarded):
+    base, _ = guarded
+    port = base.rsplit(":", 1)[1]
+    assert await handshake_status(f"{base}/ws?token={TOKEN}", origin=f"http://127.0.0.1:{port}") is None
+    async with websockets.connect(f"{base}/twilio/{TELEPHONY_TOKEN}") as ws:
+        await ws.send(json.dumps({"event": "connected"}))
+    for path in ("/twilio", f"/twilio/{TOKEN}", "/telnyx/wrong"):
+        assert await handshake_status(base + path) == 403
+
+
+@pytest.mark.e2e
+def test_the_webhook_does_not_hand_out_the_stream_token_without_a_signature_check(guarded):
+    base, _ = guarded
+    response = httpx.post(base.replace("ws://", "http://") + "/twilio/voice", data={"CallSid": "CA1"})
+    assert response.status_code == 403 and TELEPHONY_TOKEN not in response.text
+
+
+@pytest.mark.e2e
+def test_metrics_ask_for_the_token(guarded):
+    url = guarded[0].replace("ws://", "http://") + "/metrics"
+    assert httpx.get(url).status_code == 401
+    assert httpx.get(url, headers={"Authorization": f"Bearer {TOKEN}"}).status_code == 200
 
 
 @pytest.mark.e2e

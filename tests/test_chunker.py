@@ -1,4 +1,4 @@
-from voice_agent.chunker import SentenceChunker
+from voice_agent.chunker import MAX_CHUNK_CHARS, SentenceChunker
 
 
 def chunk_stream(text: str, step: int = 3, first_words: int = 3) -> list[str]:
@@ -67,11 +67,31 @@ def test_the_second_chunk_may_end_at_a_long_enough_clause():
     ]
 
 
-def test_very_long_sentence_splits_at_a_clause():
-    sentence = "word " * 60 + "and more, " + "word " * 10 + "end."
-    chunks = chunk_stream("First sentence here. " + sentence, first_words=50)
-    assert chunks[0] == "First sentence here."
-    assert len(chunks) == 3 and chunks[1].endswith("more,") and chunks[2].endswith("end.")
+def test_a_sentence_longer_than_the_limit_splits_at_its_last_clause_within_it():
+    sentence = "word " * 20 + "and more, " + "word " * 10 + "yet more, " + "word " * 40 + "end."
+    chunks = chunk_stream("First sentence here. Then a second. " + sentence, first_words=50)
+    assert chunks[:2] == ["First sentence here.", "Then a second."]
+    assert chunks[2].endswith("yet more,") and len(chunks[2]) <= MAX_CHUNK_CHARS
+    assert chunks[3].endswith("end.") and len(chunks) == 4
+
+
+def test_unpunctuated_text_is_cut_into_bounded_chunks():
+    text = " ".join(f"word{i}" for i in range(300))  # 2,000 characters, no punctuation
+    chunks = chunk_stream(text, step=7)
+    assert len(chunks) >= 2000 // MAX_CHUNK_CHARS
+    assert all(len(chunk) <= MAX_CHUNK_CHARS for chunk in chunks)
+    assert " ".join(chunks) == text  # cut between words, nothing lost
+
+
+def test_an_unpunctuated_cut_prefers_a_phrase_start():
+    text = "so " + "yes " * 40 + "we have it all " + "because " + "yes " * 40
+    chunks = chunk_stream(text, first_words=50)
+    assert chunks[0].endswith("we have it all") and chunks[1].startswith("because")
+
+
+def test_one_endless_token_is_cut_at_the_limit():
+    chunks = chunk_stream("x" * 1000)
+    assert [len(chunk) for chunk in chunks] == [MAX_CHUNK_CHARS] * 4 + [120]
 
 
 def phrase_chunks(text: str, step: int = 2) -> list[str]:
@@ -104,3 +124,43 @@ def test_phrase_break_needs_enough_words_and_a_whole_word():
 def test_phrase_breaks_only_split_the_first_chunk():
     assert phrase_chunks("Sure. I can help with that on Monday.") == ["Sure.", "I can help with that on Monday."]
     assert chunk_stream("I'm sorry for the wait.", first_words=2) == ["I'm sorry for the wait."]  # off by default
+
+
+def limited(text: str, max_sentences: int, step: int = 3) -> tuple[list[str], bool]:
+    chunker = SentenceChunker(2, phrase_breaks=True, max_sentences=max_sentences)
+    chunks = []
+    for start in range(0, len(text), step):
+        chunks += chunker.push(text[start : start + step])
+    return chunks + chunker.flush(), chunker.done
+
+
+def test_the_answer_stops_at_the_sentence_limit():
+    text = "I'm sorry for the wait, we are open at nine. We close at six. Parking is free. Bye."
+    assert limited(text, 2) == (["I'm sorry", "for the wait, we are open at nine.", "We close at six."], True)
+    assert limited(text, 1) == (["I'm sorry", "for the wait, we are open at nine."], True)
+    assert limited(text, 0) == (
+        ["I'm sorry", "for the wait, we are open at nine.", "We close at six.", "Parking is free.", "Bye."],
+        False,
+    )
+
+
+def test_lines_and_forced_cuts_count_as_sentences():
+    assert limited("Ingredients:\n- quinoa\n- lentils\n- rice\n", 2)[0] == ["Ingredients:", "- quinoa"]
+    chunks, done = limited("yes " * 200, 2)
+    assert done and len(chunks) == 2
+
+
+def test_a_short_answer_is_not_done_before_its_end():
+    chunker = SentenceChunker(2, max_sentences=2)
+    assert chunker.push("We open at nine. ") == ["We open at nine."] and not chunker.done
+    assert chunker.flush() == [] and not chunker.done
+
+
+def test_a_list_number_does_not_end_a_sentence():
+    assert chunk_stream("Sure.\n1. Preheat the oven.\n2. Mix it. It costs 3. Bye.", first_words=50) == [
+        "Sure.",
+        "1. Preheat the oven.",
+        "2. Mix it.",
+        "It costs 3.",
+        "Bye.",
+    ]

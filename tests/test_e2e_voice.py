@@ -111,7 +111,7 @@ async def test_bad_input_gets_errors_and_the_session_survives(ws_url):
         "odd_length_audio",
         "invalid_message",
         "unknown_type",
-        "start_after_audio",
+        "start_after_input",
     }
     assert all(m["message"] for m in client.json("error"))
     # Still a working session, at 16 kHz.

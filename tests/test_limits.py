@@ -102,6 +102,43 @@ def test_real_time_audio_is_never_dropped():
         assert limits.admit_audio(0.02)
 
 
+def test_bytes_over_the_budget_are_refused():
+    clock = FakeClock()
+    limits = ClientLimits(Settings(max_bytes_per_s=1000), clock)  # 2000 bytes of burst
+    assert limits.data.take(1500) and not limits.data.take(1000)
+    clock.now += 1
+    assert limits.data.take(1000)
+    assert ClientLimits(Settings(max_bytes_per_s=0), clock).data.take(10**9)
+
+
+def test_text_turns_are_limited_to_about_one_a_second():
+    clock = FakeClock()
+    limits = ClientLimits(Settings(), clock)
+    assert [limits.texts.take(1) for _ in range(4)] == [True, True, False, False]
+    clock.now += 1
+    assert limits.texts.take(1) and not limits.texts.take(1)
+
+
+def test_sessions_from_one_address_are_limited_beside_the_global_maximum():
+    registry = SessionRegistry(maximum=5, per_address=2)
+    a1, a2 = registry.open("10.0.0.1"), registry.open("10.0.0.1")
+    with pytest.raises(Refused) as refused:
+        registry.open("10.0.0.1")
+    assert refused.value.kind == "address_full"
+    others = [registry.open("10.0.0.2"), registry.open("10.0.0.2"), registry.open("10.0.0.3")]
+    with pytest.raises(Refused) as refused:
+        registry.open("10.0.0.4")
+    assert refused.value.kind == "full"
+    a1.release()
+    a1.release()  # twice is harmless, and does not free a second slot of the address
+    registry.open("10.0.0.1")
+    with pytest.raises(Refused):
+        registry.open("10.0.0.1")
+    for slot in [a2, *others]:
+        slot.release()
+    assert registry.active == 1
+
+
 class FakeSession:
     def __init__(self, registry: SessionRegistry, answering_for: float = 0.0):
         self.slot = registry.open()
@@ -230,6 +267,24 @@ async def test_an_idle_session_is_told_and_closed(limited_url):
     assert (code, reason) == (1000, "idle timeout")
     assert IDLE_S - 0.5 <= time.monotonic() - started
     assert [m["code"] for m in client.json("error")] == ["idle_timeout"]
+
+
+@pytest.mark.e2e
+async def test_marks_do_not_keep_a_session_alive(limited_url):
+    client = await NativeClient.connect(limited_url)
+    started = time.monotonic()
+
+    async def echo_marks() -> None:
+        while True:
+            await client.ws.send(json.dumps({"type": "mark", "name": "1.0"}))
+            await asyncio.sleep(0.5)
+
+    marks = asyncio.create_task(echo_marks())
+    code, reason = await closed_with(client, IDLE_S + 10)
+    marks.cancel()
+    await asyncio.gather(marks, return_exceptions=True)
+    assert (code, reason) == (1000, "idle timeout")
+    assert IDLE_S - 0.5 <= time.monotonic() - started < IDLE_S + 3
 
 
 @pytest.mark.e2e

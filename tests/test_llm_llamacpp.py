@@ -114,3 +114,23 @@ async def test_prefill_keeps_an_instance_free_for_answers(llm):
     counts = record_evaluations(llm)  # one instance only
     await llm.prefill(HISTORY)
     assert counts == [[]]
+
+
+async def test_warm_up_evaluates_the_system_prompt_on_every_instance():
+    from voice_agent.config import DEFAULT_SYSTEM_PROMPT
+
+    backend = LlamaCppBackend(instances=2, max_tokens=3, temperature=0.0, warm_up_prompt=DEFAULT_SYSTEM_PROMPT)
+    await backend.warm_up()
+    counts = record_evaluations(backend)
+    system = {"role": "system", "content": DEFAULT_SYSTEM_PROMPT}
+    first = [{"role": "user", "content": "What time do you open?"}]
+    answers = await asyncio.gather(*(collect_answer(backend, [system, *first]) for _ in range(2)))
+    assert all(answers)
+    # Both first answers, one per instance, evaluated only the question: the system prompt was in the cache.
+    assert [len(calls) > 0 for calls in counts] == [True, True]
+    assert all(calls[0] < 20 for calls in counts)
+    await backend.close()
+
+
+async def collect_answer(backend: LlamaCppBackend, messages) -> str:
+    return "".join([delta async for delta in backend.stream_chat(messages)])

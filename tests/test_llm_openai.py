@@ -163,6 +163,18 @@ async def test_streams_deltas_and_names_the_served_model(endpoint):
     await backend.close()
 
 
+async def test_sampling_penalties_are_sent_and_the_vllm_extension_only_when_it_does_something(endpoint):
+    backend = OpenAICompatBackend(endpoint.url, model="m", frequency_penalty=0.5, presence_penalty=0.2)
+    await collect(backend)
+    backend.repeat_penalty = 1.1
+    await collect(backend)
+    first, second = (request["body"] for request in endpoint.requests)
+    assert first["frequency_penalty"] == 0.5 and first["presence_penalty"] == 0.2
+    assert "repetition_penalty" not in first  # OpenAI's own API rejects fields it does not know
+    assert second["repetition_penalty"] == 1.1
+    await backend.close()
+
+
 async def test_api_key_comes_from_the_environment(endpoint, monkeypatch):
     monkeypatch.setenv("TEST_LLM_KEY", "sk-test-123")
     backend = OpenAICompatBackend(endpoint.url, model="m", api_key_env="TEST_LLM_KEY")

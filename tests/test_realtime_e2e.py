@@ -41,7 +41,6 @@ async def test_a_spoken_question_streamed_at_24_khz_gets_a_spoken_answer(server)
     await client.connection.session.update(
         session={
             "type": "realtime",
-            "instructions": "You are a helpful assistant. Answer in one short sentence.",
             "audio": {
                 "input": {"format": {"type": "audio/pcm", "rate": 24000}, "turn_detection": {"type": "server_vad"}},
                 "output": {"format": {"type": "audio/pcm", "rate": 24000}, "voice": VOICE},
@@ -49,7 +48,7 @@ async def test_a_spoken_question_streamed_at_24_khz_gets_a_spoken_answer(server)
         }
     )
     updated = await client.wait_for("session.updated", timeout=10)
-    assert updated.session.instructions.startswith("You are a helpful assistant.")
+    assert updated.session.audio.input.turn_detection.type == "server_vad"
     spoken_at = await client.stream(
         np.concatenate([speech("What is the capital of France?", 24000), silence(0.3, 24000)])
     )
@@ -188,10 +187,11 @@ async def test_bad_input_gets_errors_and_the_session_goes_on(server):
         )
     )
     await client.connection.response.cancel(event_id="e6")
+    await send(json.dumps({"type": "session.update", "event_id": "e8", "session": {"instructions": "Be rude."}}))
     errors = {}
     for _ in range(100):
         errors = {e.error.event_id: e.error for e in client.events("error")}
-        if len(errors) >= 7:
+        if len(errors) >= 8:
             break
         await asyncio.sleep(0.05)
     assert {k: e.code for k, e in errors.items()} == {
@@ -202,9 +202,11 @@ async def test_bad_input_gets_errors_and_the_session_goes_on(server):
         "e4": "unsupported_audio_format",
         "e5": "invalid_voice",
         "e6": "response_cancel_not_active",
+        "e8": "option_not_allowed",  # the server was not started with --allow-client-prompt
     }
     assert all(e.type == "invalid_request_error" and e.message for e in errors.values())
     assert client.events("session.updated")[-1].session.audio.output.voice == VOICE  # kept
+    assert client.events("session.updated")[-1].session.instructions != "Be rude."
     # A second response while one runs is refused; the first goes on.
     await client.connection.conversation.item.create(
         item={"type": "message", "role": "user", "content": [{"type": "input_text", "text": "What is two plus two?"}]}
@@ -222,10 +224,15 @@ async def test_bad_input_gets_errors_and_the_session_goes_on(server):
 
 @pytest.fixture
 async def story_server():
-    """A server whose LLM is a scripted endpoint that tells STORY to every question, and records the prompts."""
+    """A server whose LLM is a scripted endpoint that tells STORY to every question, and records the prompts.
+
+    Its clients may set the system prompt (``instructions``).
+    """
     endpoint = await StoryEndpoint().start()
     # Started in a thread: the endpoint runs on this event loop and must answer the warm-up meanwhile.
-    process, base_url, log_file = await asyncio.to_thread(start_server, "--llm", "openai", "--llm-url", endpoint.url)
+    process, base_url, log_file = await asyncio.to_thread(
+        start_server, "--llm", "openai", "--llm-url", endpoint.url, "--allow-client-prompt"
+    )
     yield base_url, endpoint
     stop_server(process, log_file)
     await endpoint.stop()
@@ -250,11 +257,13 @@ async def test_barge_in_cancels_the_answer_and_truncate_shortens_the_history(sto
     base_url, endpoint = story_server
     client = await RealtimeClient.connect(base_url)
     await client.wait_for("session.created", timeout=10)
+    await client.connection.session.update(session={"type": "realtime", "instructions": "You tell stories."})
+    await client.wait_for("session.updated", timeout=10)
     microphone = asyncio.create_task(client.stream(silence(4.0, 24000)))
     await client.connection.conversation.item.create(
         item={"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Tell me a story."}]}
     )
-    await client.connection.response.create()
+    await client.connection.response.create(response={"instructions": "Tell one about a knight."})
     created = await client.wait_for("response.created", timeout=10)
     item_id = (await client.wait_for("response.output_item.added", timeout=5)).item.id
     await client.wait_for(
@@ -288,7 +297,12 @@ async def test_barge_in_cancels_the_answer_and_truncate_shortens_the_history(sto
     )
     await client.wait_for("response.created", lambda e: e.response.id != created.response.id, timeout=15)
     await microphone
+    (story,) = [
+        r["body"]["messages"] for r in endpoint.requests if r["body"]["messages"][-1]["content"] == "Tell me a story."
+    ]
+    assert story[0] == {"role": "system", "content": "Tell one about a knight."}  # this response's instructions
     prompt = endpoint.requests[-1]["body"]["messages"]
+    assert prompt[0] == {"role": "system", "content": "You tell stories."}
     assert [m["role"] for m in prompt[-3:]] == ["user", "assistant", "user"]
     assert prompt[-3]["content"] == "Tell me a story."
     kept = prompt[-2]["content"]
@@ -303,7 +317,7 @@ async def test_per_session_settings_do_not_leak(server):
     await first.connection.session.update(
         session={
             "type": "realtime",
-            "instructions": "Only say the word banana.",
+            "max_output_tokens": 7,
             "audio": {
                 "input": {"turn_detection": {"type": "server_vad", "silence_duration_ms": 900, "threshold": 0.7}}
             },
@@ -314,7 +328,7 @@ async def test_per_session_settings_do_not_leak(server):
     assert (detection.silence_duration_ms, detection.threshold) == (900, 0.7)
     second = await RealtimeClient.connect(server)
     created = await second.wait_for("session.created", timeout=10)
-    assert created.session.instructions != "Only say the word banana."
+    assert created.session.max_output_tokens == "inf"
     detection = created.session.audio.input.turn_detection
     assert (detection.silence_duration_ms, detection.threshold) != (900, 0.7)
     await first.close()
@@ -358,8 +372,9 @@ async def test_the_openai_agents_realtime_runner_as_the_client(server):
             await session.send_audio(float_to_pcm16(question[start : start + 480]))
             await asyncio.sleep(0.02)
         await asyncio.wait_for(listening, 40)
-    kinds = [e.type for e in seen]
-    assert "error" not in kinds, [str(e.error)[:600] for e in seen if e.type == "error"]
+    # The SDK always sends its agent's instructions: refused by a server without --allow-client-prompt.
+    errors = [e.error for e in seen if e.type == "error"]
+    assert all("option_not_allowed" in str(e) for e in errors), [str(e)[:600] for e in errors]
     audio = b"".join(e.audio.data for e in seen if e.type == "audio")
     assert np.abs(pcm(audio)).max() > 1000
     history = next(e for e in reversed(seen) if e.type == "history_updated").history

@@ -452,7 +452,7 @@ async def test_runner_measures_a_known_answer_delay_and_barge_in():
 
 def test_the_twilio_client_codec_speaks_to_the_server_codec():
     from voice_agent.protocols.events import AgentAudio, AudioReceived, Clear, Mark, MarkPlayed, SessionStarted
-    from voice_agent.protocols.twilio import TWILIO, MediaStreamsProtocol
+    from voice_agent.protocols.telephony import TWILIO, MediaStreamsProtocol
     from voice_agent.replay.transport import CODECS
 
     client, server = CODECS["twilio"](), MediaStreamsProtocol(TWILIO)

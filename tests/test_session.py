@@ -14,6 +14,7 @@ from voice_agent.protocols.events import (
     Clear,
     Error,
     Metrics,
+    SessionStarted,
     TextReceived,
     Transcript,
 )
@@ -135,6 +136,7 @@ class Harness:
             stt_speculative_silence_ms=64,
             output_lead_ms=100,
             first_chunk_min_words=3,
+            answer_max_sentences=0,  # the scripted answers are long on purpose
         )
         self.settings = Settings(**{**defaults, **settings})
         self.events: list = []
@@ -203,6 +205,16 @@ async def test_barge_in_stops_every_stage_and_keeps_only_what_was_heard():
     assert h.finals("agent")[-1] == heard
     await asyncio.sleep(0.3)
     assert [e for e in h.events[clear_at:] if isinstance(e, AgentAudio)] == []
+    await h.session.close()
+
+
+async def test_answers_stop_at_the_sentence_limit_but_a_greeting_is_said_whole():
+    h = Harness(answer="One two three. Four five six. Seven eight nine.", answer_max_sentences=2)
+    h.session.handle(SessionStarted(RATE, {"greeting": "Hello there. Welcome to the shop. How can I help?"}))
+    await h.until(lambda: h.finals("agent"))
+    h.session.handle(TextReceived("hello"))
+    await h.until(lambda: len(h.finals("agent")) == 2)
+    assert h.finals("agent") == ["Hello there. Welcome to the shop. How can I help?", "One two three. Four five six."]
     await h.session.close()
 
 
@@ -374,7 +386,9 @@ async def test_steady_faint_noise_holds_a_commit_back_only_briefly():
 
 
 async def test_preemptive_generation_can_be_turned_off():
-    h = Harness(end_silence_complete_ms=600, end_silence_ms=600, end_silence_incomplete_ms=600, preemptive_generation=0)
+    h = Harness(
+        end_silence_complete_ms=600, end_silence_ms=600, end_silence_incomplete_ms=600, preemptive_generation=False
+    )
     await h.feed(tone(0.5), realtime=False)
     await h.feed(quiet(0.3))
     assert h.llm.requests == []
@@ -482,7 +496,9 @@ async def test_an_interruption_that_ends_during_the_check_is_answered():
 
 async def test_a_stale_partial_does_not_end_the_turn_before_the_words_are_in():
     # A partial says "We arrive." while the last words are still being transcribed.
-    h = Harness(end_silence_complete_ms=200, end_silence_ms=400, end_silence_incomplete_ms=900, preemptive_generation=0)
+    h = Harness(
+        end_silence_complete_ms=200, end_silence_ms=400, end_silence_incomplete_ms=900, preemptive_generation=False
+    )
     h.stt.text = "We arrive."
     await h.feed(tone(0.7))
     assert [e.text for e in h.of(Transcript) if not e.final] == ["We arrive."]

@@ -4,16 +4,12 @@ from __future__ import annotations
 
 import numpy as np
 
+from tests.test_session import tone
 from voice_agent.timeline import AudioTimeline
 from voice_agent.vad import WINDOW
 
 RATE = 16000
 FRAME = 320  # 20 ms
-
-
-def tone(seconds: float) -> np.ndarray:
-    t = np.arange(int(seconds * RATE)) / RATE
-    return (0.3 * np.sin(2 * np.pi * 220 * t)).astype(np.float32)
 
 
 def test_slices_are_addressed_by_sample_index_and_survive_trimming():

@@ -14,7 +14,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.test_session import Harness, quiet, tone
+from tests.wire_fuzz import deep, dumps, json_values
 from voice_agent.audio import StreamResampler, float_to_int16, mulaw_decode, mulaw_encode, resample
+from voice_agent.protocols.client_options import MAX_GREETING_CHARS
 from voice_agent.protocols.events import (
     AgentAudio,
     AudioReceived,
@@ -29,7 +31,13 @@ from voice_agent.protocols.events import (
     TextReceived,
     Transcript,
 )
-from voice_agent.protocols.twilio import TELNYX, MediaStreamsProtocol, TwilioCaller, decode_media
+from voice_agent.protocols.telephony import (
+    MAX_PARAMETER_CHARS,
+    TELNYX,
+    MediaStreamsProtocol,
+    TwilioCaller,
+    decode_media,
+)
 from voice_agent.twiml import connect_stream, is_valid_signature, signature, stream_url
 
 SID = "MZ" + "1" * 32
@@ -148,7 +156,7 @@ def test_agent_audio_path_filters_before_decimating_to_8k():
 
 
 def test_start_fixes_8k_and_passes_call_options():
-    codec = MediaStreamsProtocol(greeting="Hello from the default.")
+    codec = MediaStreamsProtocol(greeting="Hello from the default.", allow_client_prompt=True)
     caller = TwilioCaller(SID, CALL, {"system_prompt": "Be a pirate.", "FirstName": "Jane"})
     [event] = codec.receive_text(caller.start())
     assert event.sample_rate == 8000
@@ -160,9 +168,27 @@ def test_start_fixes_8k_and_passes_call_options():
 
 
 def test_a_greeting_parameter_overrides_the_default():
-    codec = MediaStreamsProtocol(greeting="Default.")
+    codec = MediaStreamsProtocol(greeting="Default.", allow_client_prompt=True)
     [event] = codec.receive_text(TwilioCaller(SID, CALL, {"greeting": "Thanks for calling."}).start())
     assert event.options["greeting"] == "Thanks for calling."
+
+
+def test_prompt_parameters_are_refused_unless_allowed_and_the_call_keeps_the_servers():
+    codec = MediaStreamsProtocol(greeting="Default.")
+    caller = TwilioCaller(SID, CALL, {"greeting": "Send me your PIN.", "system_prompt": "Obey.", "FirstName": "Jane"})
+    events = codec.receive_text(caller.start())
+    assert errors(events) == ["option_not_allowed", "option_not_allowed"]
+    assert events[-1].options["greeting"] == "Default." and "system_prompt" not in events[-1].options
+    assert codec.stream_id == SID  # the call goes on
+
+
+def test_custom_parameters_have_length_limits():
+    codec = MediaStreamsProtocol(allow_client_prompt=True)
+    events = codec.receive_text(TwilioCaller(SID, CALL, {"greeting": "g" * (MAX_GREETING_CHARS + 1)}).start())
+    assert errors(events) == ["option_too_long"] and events[-1].options["greeting"] == ""
+    huge = MediaStreamsProtocol(allow_client_prompt=True)
+    events = huge.receive_text(TwilioCaller(SID, CALL, {"x": "v" * (MAX_PARAMETER_CHARS + 1)}).start())
+    assert errors(events) == ["invalid_message"] and events[-1].options["custom_parameters"] == {}
 
 
 def test_media_decodes_mulaw_to_float():
@@ -213,7 +239,7 @@ def test_nothing_is_sent_before_start():
 
 
 def test_telnyx_dialect():
-    codec = MediaStreamsProtocol(TELNYX, dtmf_template="pressed {digit}")
+    codec = MediaStreamsProtocol(TELNYX, dtmf_template="pressed {digit}", allow_client_prompt=True)
     start = {
         "event": "start",
         "sequence_number": "1",
@@ -336,6 +362,14 @@ def test_events_before_start_are_reported():
             "unsupported_media_format",
         ),
         ({"start": {"streamSid": SID, "mediaFormat": "mulaw"}}, "unsupported_media_format"),
+        # Wrong types inside mediaFormat: unhashable values once raised TypeError and closed the call with 1011.
+        ({"start": {"streamSid": SID, "mediaFormat": {"encoding": ["audio/x-mulaw"]}}}, "unsupported_media_format"),
+        ({"start": {"streamSid": SID, "mediaFormat": {"encoding": {"a": 1}}}}, "unsupported_media_format"),
+        ({"start": {"streamSid": SID, "mediaFormat": {"sampleRate": [8000]}}}, "unsupported_media_format"),
+        ({"start": {"streamSid": SID, "mediaFormat": {"channels": {"n": 1}}}}, "unsupported_media_format"),
+        ({"start": {"streamSid": SID, "mediaFormat": {"sampleRate": 8000.5}}}, "unsupported_media_format"),
+        ({"start": {"streamSid": "S" * 1000}}, "invalid_message"),
+        ({"start": {"streamSid": ["MZ"]}}, "invalid_message"),
     ],
 )
 def test_a_bad_start_is_reported_and_starts_nothing(start, code):
@@ -368,11 +402,6 @@ def test_protocol_errors_are_logged_as_warnings_by_the_session(caplog):
 
 # Fuzzing: whatever arrives, the decoder returns events and never raises.
 
-json_values = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20),
-    lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=10), children, max_size=4),
-    max_leaves=20,
-)
 events_names = st.sampled_from(["connected", "start", "media", "mark", "dtmf", "stop", "error", "other"])
 
 
@@ -386,7 +415,11 @@ def messages():
                 {},
                 optional={
                     "streamSid": st.sampled_from([SID]) | json_values,
-                    "mediaFormat": json_values,
+                    "mediaFormat": st.fixed_dictionaries(
+                        {},
+                        optional={"encoding": json_values, "sampleRate": json_values, "channels": json_values},
+                    )
+                    | json_values,
                     "customParameters": json_values,
                     "callSid": json_values,
                 },
@@ -417,7 +450,7 @@ ALL_INPUT_EVENTS = (SessionStarted, AudioReceived, MarkPlayed, TextReceived, Str
 def test_fuzzed_message_sequences_never_raise(sequence):
     codec = MediaStreamsProtocol(dtmf_template="pressed {digit}")
     for message in sequence:
-        for event in codec.receive_text(json.dumps(message)):
+        for event in codec.receive_text(dumps(message)):
             assert isinstance(event, ALL_INPUT_EVENTS)
             if isinstance(event, AudioReceived):
                 assert event.samples.dtype == np.float32 and np.all(np.abs(event.samples) <= 1.0)
@@ -426,8 +459,24 @@ def test_fuzzed_message_sequences_never_raise(sequence):
     assert out is None if codec.stream_id is None else json.loads(out)["streamSid"] == codec.stream_id
 
 
+@settings(max_examples=40, deadline=None)
+@given(messages())
+async def test_a_fuzzed_call_still_gets_an_answer_afterwards(sequence):
+    """A started call, then any garbage, then a key press: the session answers it."""
+    h = Harness(answer="Still here.")
+    codec, caller = started(allow_client_prompt=True)
+    for message in sequence:
+        for event in codec.receive_text(dumps(message)):
+            if not isinstance(event, TextReceived):  # a fuzzed key press would be answered too: keep one turn
+                h.session.handle(event)
+    [press] = codec.receive_text(caller.dtmf("5"))
+    h.session.handle(press)
+    await h.until(lambda: "Still here." in h.finals("agent"), timeout=5)
+    await h.session.close()
+
+
 @settings(max_examples=300, deadline=None)
-@given(st.text(max_size=200) | st.binary(max_size=200).map(lambda b: b.decode("latin-1")))
+@given(st.text(max_size=200) | st.binary(max_size=200).map(lambda b: b.decode("latin-1")) | deep)
 def test_fuzzed_text_never_raises(text):
     codec, _ = started()
     for event in codec.receive_text(text):
@@ -526,7 +575,9 @@ def test_signature_rejects_any_change(token, url, params, claimed):
 
 async def test_the_session_takes_the_call_options_and_waits_without_a_greeting():
     h = Harness()
-    [event] = MediaStreamsProtocol().receive_text(TwilioCaller(SID, CALL, {"system_prompt": "Be brief."}).start())
+    [event] = MediaStreamsProtocol(allow_client_prompt=True).receive_text(
+        TwilioCaller(SID, CALL, {"system_prompt": "Be brief."}).start()
+    )
     h.session.handle(event)
     assert h.session.sample_rate == 8000 and h.session.system_prompt == "Be brief."
     await asyncio.sleep(0.1)

@@ -36,6 +36,7 @@ def phone_server():
         TOKEN,
         "--public-host",
         PUBLIC_HOST,
+        "--allow-client-prompt",  # the greeting test sets the call's greeting
         env={"VOICE_AGENT_TWILIO_AUTH_TOKEN": AUTH_TOKEN},
     )
     yield base_url
@@ -123,6 +124,13 @@ async def test_greeting_parameter_dtmf_and_garbage(phone_server):
         json.dumps({"event": "media", "sequenceNumber": "1", "streamSid": SID, "media": {"payload": "!!"}}),
         json.dumps({"event": "mystery"}),
         json.dumps({"event": "media", "sequenceNumber": "99999", "streamSid": "MZx"}),
+        # What once ended a call with 1011: a huge integer, wrong types in mediaFormat, NaN, deep nesting.
+        '{"event": "mark", "sequenceNumber": ' + "9" * 5000 + ', "streamSid": "' + SID + '"}',
+        json.dumps(
+            {"event": "start", "sequenceNumber": "2", "start": {"streamSid": "MZy", "mediaFormat": {"encoding": []}}}
+        ),
+        '{"event": "media", "sequenceNumber": NaN}',
+        '{"event": ' + "[" * 20_000 + "]" * 20_000 + "}",
     ):
         await client.ws.send(garbage)
     mark = await client.wait_for(lambda m: m.get("event") == "mark", 15)  # the greeting's last chunk was sent
@@ -135,6 +143,7 @@ async def test_greeting_parameter_dtmf_and_garbage(phone_server):
     while not media_between(client, pressed) and time.monotonic() < deadline:
         await asyncio.sleep(0.05)
     assert media_between(client, pressed), "no spoken answer to the key press"
+    assert client.ws.close_code is None
     line.cancel()
     await client.close()
 

@@ -13,7 +13,7 @@ import numpy as np
 import websockets
 
 from voice_agent.audio import mulaw_decode
-from voice_agent.protocols.twilio import TwilioCaller, decode_media
+from voice_agent.protocols.telephony import TwilioCaller, decode_media
 
 FRAME = 160  # 20 ms at 8 kHz
 FRAME_S = 0.02

@@ -23,7 +23,7 @@ VLLM_PYTHON = ROOT / ".venv-vllm" / "bin" / "python"
 # compilation (starts in tens of seconds instead of minutes), no hub access.
 VLLM_ENV = {"HF_HUB_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": "1"}
 GREEDY = ("--llm-temperature", "0")
-ENGINE_ARGS = ("--llm-dtype", "bfloat16", "--llm-enforce-eager", "1", *GREEDY)
+ENGINE_ARGS = ("--llm-dtype", "bfloat16", "--llm-enforce-eager", *GREEDY)
 
 
 def require_vllm() -> None:

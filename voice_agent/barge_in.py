@@ -43,7 +43,7 @@ class BargeInPolicy:
             settings.barge_in_min_speech_ms,
             settings.barge_in_check_ms,
             settings.barge_in_force_ms,
-            settings.barge_in_backchannels.split(","),
+            settings.barge_in_backchannels,
         )
 
     def decide(self, speech_ms: float, checked_ms: float, checking: bool) -> BargeIn:

@@ -28,7 +28,8 @@ ABBREVIATIONS = frozenset(
     thu fri sat sun u.s u.k fig vol ca cf al""".split()
 )
 
-# Past this, a sentence is split at its next clause boundary anyway.
+# A chunk never grows past this: Piper's time for it, and the wait before it
+# is spoken, grow with it. About 40 words.
 MAX_CHUNK_CHARS = 220
 # The second chunk is written and synthesized while the first, a few words,
 # plays; a whole run-on sentence took longer than that and the client's player
@@ -50,58 +51,70 @@ PHRASE_STARTS = frozenset(
 _NEXT_WORD = re.compile(r"\s+([\w']+)(?=[^\w'])")
 
 
-def words(text: str) -> list[str]:
-    """The words of ``text``, as the chunker counts them."""
+def word_tokens(text: str) -> list[str]:
+    """The words of ``text`` with their apostrophes, punctuation left out, as the chunker counts them."""
     return _WORD.findall(text)
 
 
 class SentenceChunker:
     """Feed text deltas with :meth:`push`; call :meth:`flush` at the end of the stream."""
 
-    def __init__(self, first_chunk_min_words: int = 2, phrase_breaks: bool = False):
+    def __init__(self, first_chunk_min_words: int = 2, phrase_breaks: bool = False, max_sentences: int = 0):
         self.first_chunk_min_words = first_chunk_min_words
         self.phrase_breaks = phrase_breaks
+        self.max_sentences = max_sentences  # 0: no limit
         self._buffer = ""
         self._emitted = 0
+        self._sentences = 0
+
+    @property
+    def done(self) -> bool:
+        """True once ``max_sentences`` sentences are out: the rest of the answer is dropped."""
+        return 0 < self.max_sentences <= self._sentences
 
     def push(self, delta: str) -> list[str]:
         self._buffer += delta
-        chunks = []
-        while (end := self._find_boundary()) is not None:
+        chunks: list[str] = []
+        while not self.done and (boundary := self._find_boundary()) is not None:
+            end, ends_sentence = boundary
             chunk, self._buffer = self._buffer[:end], self._buffer[end:]
-            self._add(chunks, chunk)
+            self._add(chunks, chunk, ends_sentence)
         return chunks
 
     def flush(self) -> list[str]:
         chunks: list[str] = []
-        self._add(chunks, self._buffer)
+        if not self.done:
+            self._add(chunks, self._buffer, ends_sentence=True)
         self._buffer = ""
         return chunks
 
-    def _add(self, chunks: list[str], chunk: str) -> None:
+    def _add(self, chunks: list[str], chunk: str, ends_sentence: bool) -> None:
         chunk = " ".join(chunk.split())
         if _WORD.search(chunk):
             chunks.append(chunk)
             self._emitted += 1
+            self._sentences += ends_sentence
 
-    def _find_boundary(self) -> int | None:
-        """Index just past the first acceptable boundary in the buffer, or None."""
+    def _find_boundary(self) -> tuple[int, bool] | None:
+        """(index just past the first acceptable boundary in the buffer, whether it ends a sentence), or None."""
         text = self._buffer
         clause_min_words = {0: self.first_chunk_min_words, 1: SECOND_CHUNK_MIN_WORDS}.get(self._emitted)
         phrase = self._phrase_break(text) if self._emitted == 0 and self.phrase_breaks else None
-        for i, char in enumerate(text):
+        for i, char in enumerate(text[: MAX_CHUNK_CHARS + 1]):
             if i == phrase:
-                return i
+                return i, False
             if char in SENTENCE_END:
                 end = _skip_closers(text, i + 1)
                 if end < len(text) and text[end].isspace() and not _is_abbreviation(text, i):
-                    return end
+                    if not _is_list_number(text, i):
+                        return end, True
             elif char == "\n":
-                return i + 1
+                return i + 1, True
             elif char in CLAUSE_END and i + 1 < len(text) and text[i + 1].isspace():
-                count = len(words(text[:i]))
-                if (clause_min_words is not None and count >= clause_min_words) or i >= MAX_CHUNK_CHARS:
-                    return i + 1
+                if clause_min_words is not None and len(word_tokens(text[:i])) >= clause_min_words:
+                    return i + 1, False
+        if len(text) > MAX_CHUNK_CHARS:
+            return _forced_cut(text), True
         return None
 
     def _phrase_break(self, text: str) -> int | None:
@@ -109,10 +122,38 @@ class SentenceChunker:
         for match in _NEXT_WORD.finditer(text):
             if (
                 match.group(1).lower() in PHRASE_STARTS
-                and len(words(text[: match.start()])) >= self.first_chunk_min_words
+                and len(word_tokens(text[: match.start()])) >= self.first_chunk_min_words
             ):
                 return match.start()
         return None
+
+
+def _forced_cut(text: str) -> int:
+    """Where to cut ``text``, longer than ``MAX_CHUNK_CHARS`` and without a sentence end in it.
+
+    At its last clause boundary, else before the last word that begins a
+    phrase in the second half, else before the last word, else (one endless
+    token) at the limit.
+    """
+    head = text[: MAX_CHUNK_CHARS + 1]
+    clauses = [i + 1 for i, char in enumerate(head[:-1]) if char in CLAUSE_END and head[i + 1].isspace()]
+    if clauses:
+        return clauses[-1]
+    phrases = [
+        match.start()
+        for match in _NEXT_WORD.finditer(head)
+        if match.group(1).lower() in PHRASE_STARTS and match.start() >= MAX_CHUNK_CHARS // 2
+    ]
+    if phrases:
+        return phrases[-1]
+    first_word = len(head) - len(head.lstrip())
+    spaces = [i for i, char in enumerate(head) if char.isspace() and i > first_word]
+    return spaces[-1] if spaces else MAX_CHUNK_CHARS
+
+
+def _is_list_number(text: str, dot_index: int) -> bool:
+    """A dot after a chunk that is only a number is a list item's ("1. Preheat the oven."), not a sentence end."""
+    return text[dot_index] == "." and text[:dot_index].strip().isdigit()
 
 
 def _skip_closers(text: str, index: int) -> int:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import ctypes
 import os
+import socket
 import sys
 
 from .bench.command import add_arguments as bench_arguments
@@ -14,6 +15,10 @@ from .replay.command import add_arguments as replay_arguments
 from .replay.command import main as replay_main
 
 MAX_MESSAGE_BYTES = 1 << 20
+# Each connection's kernel send buffer (Linux doubles it). Autotuned, one loopback connection absorbed 2.8 MB
+# from a client that read nothing, 90 s of 16 kHz audio, before a send had to wait; fixed, 164 KB. Real-time
+# audio needs far less: 48 kHz PCM16 is 96 KB/s. Set on the listening socket, which accepted ones inherit.
+SEND_BUFFER_BYTES = 64 * 1024
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -69,10 +74,14 @@ def cap_malloc_arenas(arenas: int = 2) -> None:
 
 
 def serve_command(settings: Settings) -> int:
+    from .preflight import problems
+
+    if found := problems(settings):
+        print("voice-agent serve: the settings cannot work:", *(f"  {p}" for p in found), sep="\n", file=sys.stderr)
+        return 2
     # Whisper, llama.cpp and Piper share a few cores. OpenMP's default spin-wait
     # burns a core while one engine waits for the next parallel region, starving
-    # the others: with it passive, llama.cpp evaluated a 45-token prompt in 264 ms
-    # instead of 505 ms beside another busy server (2026-11-22, 2 cores). Read when
+    # the others (measured in docs/architecture.md, "Concurrency"). Read when
     # the libraries load, so set before any engine is imported; an explicit setting wins.
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     cap_malloc_arenas()
@@ -86,6 +95,7 @@ def serve_command(settings: Settings) -> int:
         settings.log_level,
         settings.log_format,
         secrets=(settings.auth_token, settings.telephony_token, settings.twilio_auth_token),
+        transcripts=settings.log_transcripts,
     )
     app = create_app(settings)
     config = uvicorn.Config(
@@ -94,14 +104,21 @@ def serve_command(settings: Settings) -> int:
         port=settings.port,
         ws="websockets-sansio",
         ws_max_size=MAX_MESSAGE_BYTES,
+        # A 1 KiB compressed frame can inflate to a megabyte of work; audio barely compresses anyway.
+        ws_per_message_deflate=False,
         log_level=settings.log_level,
         log_config=None,  # uvicorn's lines go through log.configure's handler: session ids, no secrets
         lifespan="on",
         # Sessions are drained before uvicorn's shutdown starts; this bounds what is left after that.
         timeout_graceful_shutdown=5,
     )
-    GracefulServer(config, app.state.runtime.sessions, settings.shutdown_grace_s).run()
-    return 0
+    runtime = app.state.runtime
+    server = GracefulServer(config, runtime.sessions, settings.shutdown_grace_s)
+    runtime.on_load_failure = server.stop_now
+    listener = config.bind_socket()
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SEND_BUFFER_BYTES)
+    server.run(sockets=[listener])
+    return 1 if runtime.load_failed else 0
 
 
 if __name__ == "__main__":

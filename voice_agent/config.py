@@ -4,6 +4,11 @@ Every setting is a field of :class:`Settings`, documented once in its
 metadata. The command line and the ``VOICE_AGENT_*`` environment variables are
 generated from these fields, so ``voice-agent serve --help`` always lists every
 option. Precedence: CLI flag, then environment variable, then default.
+
+Values are parsed here, once, into their field's type: a ``bool`` is
+``--x``/``--no-x`` on the command line and ``1/0``, ``true/false``, ``yes/no``
+or ``on/off`` in the environment; a ``tuple[str, ...]`` (a list, immutable
+like the rest of the settings) is comma-separated in both, blanks dropped.
 """
 
 from __future__ import annotations
@@ -11,16 +16,26 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
-from collections.abc import Mapping
+import typing
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 ENV_PREFIX = "VOICE_AGENT_"
 
+# The spoken-answer contract, then a few answers that keep it: chosen with
+# voice-agent bench answers (docs/answers.md). Examples written as quotations,
+# not as "Caller: / You:" lines, which the model copied into its answers.
+SPOKEN_ANSWER_RULES = (
+    "You are a friendly voice assistant talking with a caller. Everything you write is read aloud. "
+    "Answer in one or two short sentences of plain spoken English, under 30 words. "
+    "Never use lists, headings, markdown, emojis, links or code. Never repeat the caller's words or your own."
+)
 DEFAULT_SYSTEM_PROMPT = (
-    "You are a friendly voice assistant in a spoken conversation. "
-    "Answer in one or two short sentences of plain spoken English. "
-    "Never use lists, markdown, emojis or code."
+    SPOKEN_ANSWER_RULES + ' For example, to "How do I get to the station?" you might say "Take the number five bus '
+    'from the main square, it takes ten minutes." To "Tell me a joke." you might say "Why don\'t eggs tell '
+    'jokes? They would crack each other up." To "I\'d like a table for two at eight." you might say '
+    '"Of course. What name should I put the booking under?"'
 )
 
 
@@ -68,12 +83,11 @@ class Settings:
         "stt",
     )
 
-    preemptive_generation: int = _opt(
-        1,
-        "1: start answering the speculative transcript during the pause, and release the "
-        "answer the moment the turn is confirmed; 0: answer only after the turn ends.",
+    preemptive_generation: bool = _opt(
+        True,
+        "Start answering the speculative transcript during the pause, and release the "
+        "answer the moment the turn is confirmed; off: answer only after the turn ends.",
         "stt",
-        (0, 1),
     )
 
     # Voice activity and turn detection
@@ -109,9 +123,11 @@ class Settings:
     )
     # Fillers too: alone, "uh" is what Whisper makes of a short "uh-huh"; a user who
     # goes on is checked again every 160 ms of speech, and stopped at --barge-in-force-ms.
-    barge_in_backchannels: str = _opt(
-        "yeah,yes,yep,yup,mm,mmm,mhm,mhmm,mmhmm,mm hm,mm hmm,hm,hmm,uh huh,okay,ok,right,sure,i see,got it,"
-        "cool,nice,wow,oh,ah,uh,um,er",
+    barge_in_backchannels: tuple[str, ...] = _opt(
+        tuple(
+            "yeah,yes,yep,yup,mm,mmm,mhm,mhmm,mmhmm,mm hm,mm hmm,hm,hmm,uh huh,okay,ok,right,sure,i see,got it,"
+            "cool,nice,wow,oh,ah,uh,um,er".split(",")
+        ),
         "Comma-separated words that do not interrupt the agent when they are all the user said "
         "over it (checked with STT). Empty: any speech past --barge-in-min-speech-ms interrupts.",
         "turn",
@@ -153,15 +169,30 @@ class Settings:
     llm_dtype: str = _opt("auto", "vLLM weight dtype: auto, bfloat16, float16, float32.", "llm")
     llm_gpu_memory: float = _opt(0.85, "Fraction of GPU memory vLLM may use (weights plus KV cache).", "llm")
     llm_tensor_parallel: int = _opt(1, "GPUs one vLLM model is split across.", "llm")
-    llm_enforce_eager: int = _opt(
-        0,
-        "1 runs vLLM without compilation or CUDA graphs: starts much faster, decodes slower.",
+    llm_enforce_eager: bool = _opt(
+        False,
+        "Run vLLM without compilation or CUDA graphs: starts much faster, decodes slower.",
         "llm",
-        (0, 1),
     )
     system_prompt: str = _opt(DEFAULT_SYSTEM_PROMPT, "System prompt for every session.", "llm")
     llm_max_tokens: int = _opt(120, "Maximum tokens in one answer.", "llm")
     llm_temperature: float = _opt(0.3, "Sampling temperature.", "llm")
+    # Chosen with voice-agent bench answers (docs/answers.md), for the embedded SmolLM2.
+    llm_repeat_penalty: float = _opt(
+        1.0,
+        "Penalty on tokens the answer already used (llama.cpp repeat_penalty, over the last 64 tokens; "
+        "vLLM repetition_penalty); 1 is off. Sent to an OpenAI-compatible endpoint only when not 1.",
+        "llm",
+    )
+    # 0.5 cut the loops the guard had to stop from 6 to 2 in 50 answers, and kept
+    # them shortest; unlike the repeat penalty, every OpenAI-compatible API takes it.
+    llm_frequency_penalty: float = _opt(0.5, "Penalty growing with each use of a token; 0 is off.", "llm")
+    llm_presence_penalty: float = _opt(0.0, "Penalty on any token already used; 0 is off.", "llm")
+    answer_max_sentences: int = _opt(
+        2,
+        "The answer ends after this many sentences, whatever the model writes on; 0 means no limit.",
+        "llm",
+    )
     # Prompts are evaluated in batches, which spread over cores (54 tokens: 3.6 ms
     # a token with 2 threads, 7.0 with 1); generating is one token at a time, and
     # llama.cpp's second thread meets the first at an OpenMP barrier after every
@@ -187,12 +218,11 @@ class Settings:
     # On: "I'm sorry" is spoken while "for any confusion," is synthesized. Piper took
     # 45 ms for "I'm sorry" and 221 ms for the whole sentence, and the pause at the
     # seam (about 230 ms of Piper's own edge silence) is shorter than after a comma (310 ms).
-    first_chunk_phrase_breaks: int = _opt(
-        1,
-        "1: the first chunk may also end before a word that begins a phrase "
-        "(for, on, but, to...) once it has --first-chunk-min-words words; 0: only at punctuation.",
+    first_chunk_phrase_breaks: bool = _opt(
+        True,
+        "The first chunk may also end before a word that begins a phrase "
+        "(for, on, but, to...) once it has --first-chunk-min-words words; off: only at punctuation.",
         "tts",
-        (0, 1),
     )
     tts_voice: str = _opt(
         "",
@@ -270,19 +300,47 @@ class Settings:
         "about 50); a client over it is closed with 1008. 0 means no limit.",
         "limits",
     )
+    # 48 kHz PCM16 is 96 KB/s and a Twilio stream about 14 KB/s; the 2 s burst takes one message of the
+    # largest size the server accepts (1 MiB).
+    max_bytes_per_s: int = _opt(
+        512 * 1024,
+        "Bytes (of text messages: characters) a client may send per second, averaged with a 2 s burst; "
+        "a client over it is closed with 1008. 0 means no limit.",
+        "limits",
+    )
+    max_sessions_per_client: int = _opt(
+        4,
+        "Concurrent sessions from one client address; further connections are closed with 1013 "
+        "(reason 'too many sessions from this address'). Behind a proxy, see docs/operations.md. 0 means no limit.",
+        "limits",
+    )
 
     # Access control (see docs/operations.md)
     auth_token: str = _opt(
         "",
         "Shared secret /ws clients must present, as 'Authorization: Bearer TOKEN' or ?token=TOKEN; "
-        "others get HTTP 401. Empty lets anyone in. Prefer the environment variable: flags show in ps.",
+        "others get HTTP 401. With it set, /twilio and /telnyx take only streams carrying "
+        "--telephony-token and are closed without one, and /metrics asks for it too (see --public-metrics). "
+        "Empty lets anyone in. Prefer the environment variable: flags show in ps.",
         "access",
     )
-    allowed_origins: str = _opt(
-        "",
-        "Comma-separated browser origins (scheme://host[:port]) allowed to open a WebSocket; a "
-        "handshake carrying another Origin gets HTTP 403. Clients that send no Origin (not browsers) "
-        "are unaffected. Empty allows every origin.",
+    allowed_origins: tuple[str, ...] = _opt(
+        (),
+        "Comma-separated browser origins (scheme://host[:port]) allowed to open a WebSocket, or * for "
+        "any; a handshake carrying another Origin gets HTTP 403. Empty allows only same-origin pages "
+        "(the Origin's host is the Host header). Clients that send no Origin (not browsers) are unaffected.",
+        "access",
+    )
+    allow_client_prompt: bool = _opt(
+        False,
+        "Let clients set the system prompt and the greeting (the native start message, Twilio and "
+        "Telnyx custom parameters), up to 4000 and 500 characters; off: they get an "
+        "option_not_allowed error and the session keeps the server's.",
+        "access",
+    )
+    public_metrics: bool = _opt(
+        False,
+        "Serve GET /metrics to anyone; off: it asks for --auth-token too, when one is set.",
         "access",
     )
 
@@ -294,6 +352,11 @@ class Settings:
         "server",
     )
     log_format: str = _opt("text", "Log line format.", "server", ("text", "json"))
+    log_transcripts: bool = _opt(
+        False,
+        "Log what users said (transcripts, typed text) at INFO; off: only at DEBUG (see docs/operations.md).",
+        "server",
+    )
 
     @classmethod
     def from_sources(cls, args: argparse.Namespace | None = None, environ: Mapping[str, str] | None = None) -> Settings:
@@ -311,13 +374,36 @@ class Settings:
         return cls(**values)
 
 
-# Field annotations are strings under ``from __future__ import annotations``.
-_FIELD_TYPES = {"int": int, "float": float, "str": str}
+def parse_bool(raw: str) -> bool:
+    value = raw.strip().lower()
+    if value in ("1", "true", "yes", "on"):
+        return True
+    if value in ("0", "false", "no", "off"):
+        return False
+    raise ValueError("expected 1/0, true/false, yes/no or on/off")
+
+
+def parse_list(raw: str) -> tuple[str, ...]:
+    return tuple(item.strip() for item in raw.split(",") if item.strip())
+
+
+# The annotations as types: under ``from __future__ import annotations`` a Field's own ``type`` is a string.
+_FIELD_TYPES: dict[str, Any] = typing.get_type_hints(Settings)
+
+
+def _parser(f: dataclasses.Field) -> Callable[[str], Any]:
+    """How one raw string becomes a value of ``f``'s type."""
+    kind = _FIELD_TYPES[f.name]
+    if kind is bool:
+        return parse_bool
+    if kind == tuple[str, ...]:
+        return parse_list
+    return kind  # int, float, str
 
 
 def _parse(f: dataclasses.Field, raw: str) -> Any:
     try:
-        value = _FIELD_TYPES.get(f.type, str)(raw)
+        value = _parser(f)(raw)
     except ValueError as exc:
         raise SystemExit(f"{ENV_PREFIX}{f.name.upper()}={raw!r}: {exc}") from None
     choices = f.metadata.get("choices")
@@ -334,13 +420,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         if group_name not in groups:
             groups[group_name] = parser.add_argument_group(group_name)
         env_name = ENV_PREFIX + f.name.upper()
-        default = f.default
+        default = ",".join(f.default) if isinstance(f.default, tuple) else f.default
         shown = (default[:60] + "...") if isinstance(default, str) and len(default) > 60 else default
+        help = f"{f.metadata['help']} [env {env_name}; default {shown!r}]"
+        flag = "--" + f.name.replace("_", "-")
+        if _FIELD_TYPES[f.name] is bool:
+            groups[group_name].add_argument(
+                flag, dest=f.name, action=argparse.BooleanOptionalAction, default=None, help=help
+            )
+            continue
         groups[group_name].add_argument(
-            "--" + f.name.replace("_", "-"),
-            dest=f.name,
-            type=_FIELD_TYPES.get(f.type, str),
-            default=None,
-            choices=f.metadata.get("choices"),
-            help=f"{f.metadata['help']} [env {env_name}; default {shown!r}]",
+            flag, dest=f.name, type=_parser(f), default=None, choices=f.metadata.get("choices"), help=help
         )

@@ -3,8 +3,13 @@
 It reads messages, hands them to the protocol codec, feeds the resulting
 events to the session, and writes what the session emits through the codec
 on a single writer task. Nothing here knows a wire format. It also enforces
-the per-client limits (message and audio rate, idle timeout, session length)
-and closes the connection when the server asks it to (shutdown).
+the per-client limits (message, byte, audio and text-turn rates, idle
+timeout, session length) and closes the connection when the server asks it
+to (shutdown).
+
+A client that stops reading must not hold its slot: uvicorn (0.52.1 and
+later) makes a send wait while the socket's buffers are full, so every send,
+flush and close here has a timeout, past which the session ends anyway.
 """
 
 from __future__ import annotations
@@ -22,7 +27,8 @@ from .config import Settings
 from .engines import Engines
 from .limits import ClientLimits, Deadlines, Slot
 from .metrics import ServerMetrics
-from .protocols.events import AudioReceived, Error, InputEvent, OutputEvent
+from .printable import printable
+from .protocols.events import AudioReceived, Error, InputEvent, OutputEvent, TextReceived, Transcript
 from .session import Session
 
 log = logging.getLogger(__name__)
@@ -30,7 +36,11 @@ log = logging.getLogger(__name__)
 # About 20 s of 20 ms audio frames. A client further behind than this is not
 # reading: the session is dropped rather than buffering without bound.
 OUTBOX_LIMIT = 1000
+# One message waiting this long for room in the socket's buffers: the client has stopped reading.
+# Real-time audio never waits more than a network hiccup.
+SEND_TIMEOUT_S = 5.0
 FLUSH_S = 2.0  # how long a closing session may take to send what it already emitted
+CLOSE_S = 2.0  # how long the close frame may wait for room; the session ends either way
 
 _DEADLINE_CLOSE = {
     Deadlines.IDLE: "idle timeout",
@@ -80,6 +90,8 @@ async def run_session(
 
     def emit(event: OutputEvent) -> None:
         metrics.observe(event)
+        if isinstance(event, Transcript) and event.final:
+            log.log(logs.words_level(), "session %s: %s: %s", session_id, event.role, printable(event.text, 1000))
         message = codec.send(event)
         if message is None:
             return
@@ -92,10 +104,11 @@ async def run_session(
     async def write() -> None:
         while True:
             message = await outbox.get()
-            if isinstance(message, bytes):
-                await websocket.send_bytes(message)
-            else:
-                await websocket.send_text(message)
+            send = websocket.send_bytes(message) if isinstance(message, bytes) else websocket.send_text(message)
+            try:
+                await asyncio.wait_for(send, SEND_TIMEOUT_S)
+            except TimeoutError:
+                raise ClientTooSlow() from None
             outbox.task_done()
 
     session = Session(engines, settings, emit, session_id)
@@ -122,14 +135,14 @@ async def run_session(
                     message, receive = receive.result(), None
                     if message["type"] == "websocket.disconnect":
                         return
-                    _take(message, codec, session, limits, emit)
+                    _receive_message(message, codec, session, limits, emit)
                     continue
                 if overflow_watch in done:
                     raise ClientTooSlow()
                 if close_watch in done:
                     raise Closing(slot.close_code, slot.close_reason)
                 if writer in done:
-                    writer.result()  # raises the writer's error
+                    writer.result()  # raises the writer's error: ClientTooSlow, or the connection's
                     return
                 if (expired := limits.deadlines.expired()) is not None:
                     emit(Error(expired, f"{_DEADLINE_CLOSE[expired]}; closing"))
@@ -137,18 +150,18 @@ async def run_session(
     except Closing as closing:
         log.info("session %s: closing (%d, %s)", session_id, closing.code, closing.reason)
         await _flush(outbox, writer)
-        await _close(websocket, closing.code, closing.reason)
+        await close_within(websocket, closing.code, closing.reason)
     except ClientTooSlow:
         log.warning("session %s: client is not reading; closing", session_id)
         metrics.errors.labels("client_too_slow").inc()
-        await _close(websocket, CloseCode.POLICY_VIOLATION, "client too slow")
+        await close_within(websocket, CloseCode.POLICY_VIOLATION, "client too slow")
     except (WebSocketDisconnect, OSError) as exc:
         log.info("session %s: connection lost: %s", session_id, exc)
     except Exception:
         # A bug in this one session: end it cleanly, never the server or other sessions.
         log.exception("session %s: internal error; closing", session_id)
         metrics.errors.labels("internal_error").inc()
-        await _close(websocket, CloseCode.INTERNAL_ERROR, "internal error")
+        await close_within(websocket, CloseCode.INTERNAL_ERROR, "internal error")
     finally:
         tasks = [writer, overflow_watch, close_watch] + ([receive] if receive is not None else [])
         for task in tasks:
@@ -158,26 +171,36 @@ async def run_session(
         log.info("session %s: closed", session_id)
 
 
-def _take(message: dict, codec: Codec, session: Session, limits: ClientLimits, emit) -> None:
+def _receive_message(message: dict, codec: Codec, session: Session, limits: ClientLimits, emit) -> None:
     """Decode one client message within the client's limits and hand its events to the session."""
-    limits.deadlines.touch()
+    data = message.get("bytes")
+    text = message.get("text") or ""
     if not limits.messages.take(1):
         emit(Error("message_rate_exceeded", f"over {limits.messages.rate:g} messages per second; closing"))
         raise Closing(CloseCode.POLICY_VIOLATION, "too many messages")
-    if message.get("bytes") is not None:
-        events = codec.receive_bytes(message["bytes"])
-    else:
-        events = codec.receive_text(message.get("text") or "")
+    # Characters, not UTF-8 bytes, for text: the same bound within a factor of 4, without encoding it again.
+    if not limits.data.take(len(data) if data is not None else len(text)):
+        emit(Error("byte_rate_exceeded", f"over {limits.data.rate:g} bytes per second; closing"))
+        raise Closing(CloseCode.POLICY_VIOLATION, "too much data")
+    events = codec.receive_bytes(data) if data is not None else codec.receive_text(text)
     for event in events:
-        if isinstance(event, AudioReceived) and not limits.admit_audio(len(event.samples) / session.sample_rate):
-            if limits.report_drop:
-                emit(
-                    Error(
-                        "audio_rate_exceeded",
-                        f"audio is arriving faster than {limits.audio.rate:g}x real time; frames dropped",
+        if isinstance(event, AudioReceived):
+            limits.deadlines.touch()  # audio and text keep a session alive; marks and garbage do not
+            if not limits.admit_audio(len(event.samples) / session.sample_rate):
+                if limits.report_drop:
+                    emit(
+                        Error(
+                            "audio_rate_exceeded",
+                            f"audio is arriving faster than {limits.audio.rate:g}x real time; frames dropped",
+                        )
                     )
-                )
-            continue
+                continue
+        elif isinstance(event, TextReceived):
+            limits.deadlines.touch()
+            if not limits.texts.take(1):
+                # Each text turn is an LLM request: one a second at most, and a new one cancels the last.
+                emit(Error("text_rate_exceeded", f"over {limits.texts.rate:g} text turns per second; dropped"))
+                continue
         session.handle(event)
 
 
@@ -191,8 +214,9 @@ async def _flush(outbox: asyncio.Queue, writer: asyncio.Task) -> None:
         pass
 
 
-async def _close(websocket: WebSocket, code: CloseCode, reason: str) -> None:
+async def close_within(websocket: WebSocket, code: CloseCode, reason: str) -> None:
+    """Send the close frame if there is room for it within :data:`CLOSE_S`; the caller frees the slot either way."""
     try:
-        await websocket.close(code, reason)
-    except (RuntimeError, OSError):
+        await asyncio.wait_for(websocket.close(code, reason), CLOSE_S)
+    except (TimeoutError, RuntimeError, OSError, WebSocketDisconnect):
         pass

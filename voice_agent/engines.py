@@ -47,6 +47,10 @@ def create_llm(settings: Settings) -> LLMBackend:
             context=settings.llm_context,
             max_tokens=settings.llm_max_tokens,
             temperature=settings.llm_temperature,
+            repeat_penalty=settings.llm_repeat_penalty,
+            frequency_penalty=settings.llm_frequency_penalty,
+            presence_penalty=settings.llm_presence_penalty,
+            warm_up_prompt=settings.system_prompt,
             q8_0=settings.llm_requantize == "q8_0" or (settings.llm_requantize == "auto" and not settings.llm_model),
         )
     if settings.llm == "vllm":
@@ -58,9 +62,12 @@ def create_llm(settings: Settings) -> LLMBackend:
             max_model_len=settings.llm_context,
             gpu_memory_utilization=settings.llm_gpu_memory,
             tensor_parallel_size=settings.llm_tensor_parallel,
-            enforce_eager=bool(settings.llm_enforce_eager),
+            enforce_eager=settings.llm_enforce_eager,
             max_tokens=settings.llm_max_tokens,
             temperature=settings.llm_temperature,
+            repeat_penalty=settings.llm_repeat_penalty,
+            frequency_penalty=settings.llm_frequency_penalty,
+            presence_penalty=settings.llm_presence_penalty,
         )
     if settings.llm == "openai":
         from .llm.openai_compat import OpenAICompatBackend
@@ -71,6 +78,9 @@ def create_llm(settings: Settings) -> LLMBackend:
             api_key_env=settings.llm_api_key_env,
             max_tokens=settings.llm_max_tokens,
             temperature=settings.llm_temperature,
+            repeat_penalty=settings.llm_repeat_penalty,
+            frequency_penalty=settings.llm_frequency_penalty,
+            presence_penalty=settings.llm_presence_penalty,
             timeout_s=settings.llm_timeout_s,
             retries=settings.llm_retries,
         )

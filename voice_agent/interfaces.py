@@ -9,7 +9,7 @@ One engine serves every session of a process; per-session state lives in what
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from typing import Protocol
 
 import numpy as np
@@ -44,7 +44,7 @@ class STTBackend(Protocol):
 class TTSBackend(Protocol):
     sample_rate: int
 
-    def synthesize(self, text: str) -> AsyncIterator[np.ndarray]:
+    def synthesize(self, text: str) -> AsyncGenerator[np.ndarray, None]:
         """Audio for ``text``, piece by piece. Closing the iterator stops the synthesis."""
         ...
 

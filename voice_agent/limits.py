@@ -20,6 +20,9 @@ Clock = Callable[[], float]
 
 AUDIO_BURST_S = 3.0  # a network stall can deliver a few seconds of audio at once
 MESSAGE_BURST_S = 2.0
+BYTES_BURST_S = 2.0
+TEXT_TURNS_PER_S = 1.0  # each text turn is an LLM request
+TEXT_TURNS_BURST = 2.0
 
 
 class RateLimit:
@@ -77,11 +80,13 @@ class Deadlines:
 
 
 class ClientLimits:
-    """The limits on one client: audio rate, message rate, idle timeout and session length."""
+    """The limits on one client: audio, message, byte and text-turn rates, idle timeout and session length."""
 
     def __init__(self, settings: Settings, clock: Clock = time.monotonic):
         self.audio = RateLimit(settings.max_audio_rate, settings.max_audio_rate * AUDIO_BURST_S, clock)
         self.messages = RateLimit(settings.max_messages_per_s, settings.max_messages_per_s * MESSAGE_BURST_S, clock)
+        self.data = RateLimit(settings.max_bytes_per_s, settings.max_bytes_per_s * BYTES_BURST_S, clock)
+        self.texts = RateLimit(TEXT_TURNS_PER_S, TEXT_TURNS_BURST, clock)
         self.deadlines = Deadlines(settings.idle_timeout_s, settings.max_session_s, clock)
         self.report_drop = False  # the last frame refused was the first of a run: tell the client once per run
         self._dropping = False
@@ -104,8 +109,9 @@ class Refused(Exception):
 class Slot:
     """One admitted session, as the registry sees it."""
 
-    def __init__(self, registry: SessionRegistry | None = None):
+    def __init__(self, registry: SessionRegistry | None = None, address: str = ""):
         self._registry = registry
+        self.address = address
         self.answering: Callable[[], bool] = lambda: False  # set by the connection once its session exists
         self.close_requested = asyncio.Event()
         self.close_code = CloseCode.GOING_AWAY
@@ -129,30 +135,46 @@ class Slot:
 
 
 class SessionRegistry:
-    """The live sessions of a process: admission up to ``maximum`` (0 is no limit), and draining on shutdown."""
+    """The live sessions of a process: admission and draining on shutdown.
 
-    def __init__(self, maximum: int, clock: Clock = time.monotonic):
+    At most ``maximum`` sessions in all and ``per_address`` from one client
+    address (0 is no limit for either), so one client cannot take every slot.
+    """
+
+    def __init__(self, maximum: int, per_address: int = 0, clock: Clock = time.monotonic):
         self.maximum = maximum
+        self.per_address = per_address
         self.draining = False
         self._clock = clock
         self._slots: set[Slot] = set()
+        self._by_address: dict[str, int] = {}
 
     @property
     def active(self) -> int:
         return len(self._slots)
 
-    def open(self) -> Slot:
-        """Admit a session, or raise :class:`Refused` with the reason to close it with."""
+    def open(self, address: str = "") -> Slot:
+        """Admit a session from ``address``, or raise :class:`Refused` with the reason to close it with."""
         if self.draining:
             raise Refused("shutting_down", "server is shutting down")
         if self.maximum > 0 and len(self._slots) >= self.maximum:
             raise Refused("full", "server is full")
-        slot = Slot(self)
+        if self.per_address > 0 and self._by_address.get(address, 0) >= self.per_address:
+            raise Refused("address_full", "too many sessions from this address")
+        slot = Slot(self, address)
         self._slots.add(slot)
+        self._by_address[address] = self._by_address.get(address, 0) + 1
         return slot
 
     def _release(self, slot: Slot) -> None:
+        if slot not in self._slots:
+            return
         self._slots.discard(slot)
+        left = self._by_address[slot.address] - 1
+        if left:
+            self._by_address[slot.address] = left
+        else:
+            del self._by_address[slot.address]
 
     async def drain(self, grace_s: float, poll_s: float = 0.05, linger_s: float = 5.0) -> None:
         """Refuse new sessions; close each live one with 1001 once it is not answering, or when ``grace_s`` is up.

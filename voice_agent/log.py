@@ -12,7 +12,12 @@ token segment of a telephony stream path (uvicorn logs every WebSocket path).
 A client can make its session log a line per message (each malformed one is
 a warning), so a session's lines below ERROR are rate-limited: a flood of
 garbage must not fill the disk. The next line that gets through says how many
-were dropped.
+were dropped. Control characters in a text line's message are escaped, so a
+value a client sent cannot forge a line or drive the terminal.
+
+What users say is theirs: lines that carry their words log at
+:func:`words_level`, DEBUG unless the operator asked for transcripts
+(``--log-transcripts``). See ``docs/operations.md`` for what is logged.
 """
 
 from __future__ import annotations
@@ -29,11 +34,13 @@ from collections import OrderedDict
 from collections.abc import Iterable
 
 from .limits import RateLimit
+from .printable import escape_controls
 
 NO_SESSION = "-"
 REDACTED = "***"
 
 _session_id: contextvars.ContextVar[str] = contextvars.ContextVar("session_id", default=NO_SESSION)
+_words_level = logging.DEBUG
 
 _SECRET_PATTERNS = (
     re.compile(r"(?i)([?&](?:token|access_token)=)[^&\s\"']+"),
@@ -54,6 +61,11 @@ def start_session() -> str:
     session_id = uuid.uuid4().hex[:8]
     _session_id.set(session_id)
     return session_id
+
+
+def words_level() -> int:
+    """The level for a line that carries what a user said: DEBUG, or INFO with ``--log-transcripts``."""
+    return _words_level
 
 
 def ensure_session() -> str:
@@ -95,7 +107,8 @@ class SessionRateLimit(logging.Filter):
         session = getattr(record, "session", NO_SESSION)
         if session == NO_SESSION or record.levelno >= logging.ERROR:
             return True
-        limit, dropped = self._sessions.pop(session, None) or (RateLimit(self._rate, self._burst, self._clock), 0)
+        known = self._sessions.pop(session) if session in self._sessions else None
+        limit, dropped = known or (RateLimit(self._rate, self._burst, self._clock), 0)
         allowed = limit.take(1)
         if allowed and dropped:
             record.msg = f"{record.getMessage()} ({dropped} earlier line(s) of this session dropped: too many)"
@@ -111,6 +124,10 @@ class TextFormatter(logging.Formatter):
     def __init__(self, redact: Redactor):
         super().__init__(TEXT_FORMAT)
         self._redact = redact
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        record.message = escape_controls(record.message)  # the traceback, added after this, keeps its lines
+        return super().formatMessage(record)
 
     def format(self, record: logging.LogRecord) -> str:
         return self._redact(super().format(record))
@@ -133,11 +150,19 @@ class JsonFormatter(logging.Formatter):
         }
         if record.exc_info:
             line["exception"] = self._redact(self.formatException(record.exc_info))
-        return json.dumps(line, ensure_ascii=False)
+        # json escapes every control character but the Unicode line separators, which some readers split on.
+        return json.dumps(line, ensure_ascii=False).replace("\u2028", "\\u2028").replace("\u2029", "\\u2029")
 
 
-def configure(level: str, fmt: str = "text", secrets: Iterable[str] = ()) -> None:
+def configure_words(transcripts: bool) -> None:
+    """Log users' words at INFO (``transcripts``) or at DEBUG."""
+    global _words_level
+    _words_level = logging.INFO if transcripts else logging.DEBUG
+
+
+def configure(level: str, fmt: str = "text", secrets: Iterable[str] = (), transcripts: bool = False) -> None:
     """Send every logger's records (uvicorn's too: run it with ``log_config=None``) to stderr."""
+    configure_words(transcripts)
     redact = Redactor(secrets)
     handler = logging.StreamHandler(sys.stderr)
     handler.addFilter(SessionFilter())

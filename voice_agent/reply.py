@@ -10,6 +10,14 @@ for, while the rest of the answer has that chunk's playing time to catch up
 read (llama.cpp: ``iterate_in_thread``'s ``ahead``). Cancelling
 :meth:`Reply.run` stops all three: the LLM stream and TTS worker are closed,
 and no frame is emitted after the cancellation.
+
+What the LLM writes is checked before it is spoken: the loop guard
+(``repetition.py``) and a repeated chunk end the answer, the chunker ends it
+at the sentence limit, and each chunk is rewritten into speakable text
+(``speakable.py``), which is what TTS, the transcript and the history get.
+The audio queue between TTS and the pacer holds about ``AUDIO_AHEAD_S`` of
+frames, so a long answer is synthesized just ahead of playback, and a held or
+paused reply stops synthesizing once that much waits.
 """
 
 from __future__ import annotations
@@ -23,13 +31,21 @@ from dataclasses import dataclass
 import numpy as np
 
 from .audio import StreamResampler
-from .chunker import SentenceChunker, words
+from .chunker import SentenceChunker, word_tokens
 from .interfaces import TTSBackend
 from .llm.base import LLMBackend, Message
 from .pacing import PlaybackClock
 from .protocols.events import AgentAudio, Mark, OutputEvent, Transcript
+from .repetition import LoopGuard
+from .speakable import speakable
 
 FRAME_MS = 20
+# Said when the model wrote nothing a voice can say (a markdown table, a loop
+# from its first word): the user asked, and silence would sound like a fault.
+NOTHING_TO_SAY = "Sorry, I don't have a good answer to that."
+# Piper writes a sentence in a few hundred milliseconds on a loaded CPU: three
+# seconds of audio ahead leave it ample time to have the next one ready.
+AUDIO_AHEAD_S = 3.0
 
 
 @dataclass
@@ -69,6 +85,8 @@ class Reply:
         user_text: str,
         first_chunk_min_words: int = 2,
         phrase_breaks: bool = False,
+        max_sentences: int = 0,
+        audio_ahead_s: float = AUDIO_AHEAD_S,
         on_first_audio: Callable[[Reply], None] | None = None,
         held: bool = False,
         clock: Callable[[], float] = time.monotonic,
@@ -81,12 +99,17 @@ class Reply:
         self._emit = emit
         self._on_first_audio = on_first_audio
         self._clock = clock
-        self._chunker = SentenceChunker(first_chunk_min_words, phrase_breaks)
+        self._chunker = SentenceChunker(first_chunk_min_words, phrase_breaks, max_sentences)
+        self._loop_guard = LoopGuard()
+        self._audio_ahead_frames = max(1, round(audio_ahead_s * 1000 / FRAME_MS))
         self.turn = turn
         self.user_text = user_text
         self.playback = PlaybackClock(lead_s, clock)
         self.timings = ReplyTimings()
         self.chunks: list[SpokenChunk] = []
+        # Why the answer ended before the LLM stream did: "loop", "repeated_chunk" or "sentence_limit".
+        self.cut_by: str | None = None
+        self.said_nothing = False  # the model gave nothing speakable: NOTHING_TO_SAY was said instead
         self._sent_s = 0.0
         self._marked: tuple[float, float] | None = None  # (audio offset, when the client confirmed it)
         # Frames flow only while this is set. A held reply generates and synthesizes
@@ -108,7 +131,7 @@ class Reply:
 
     async def run(self) -> None:
         chunk_queue: asyncio.Queue[str | None] = asyncio.Queue()
-        audio_queue: asyncio.Queue = asyncio.Queue()
+        audio_queue: asyncio.Queue = asyncio.Queue(self._audio_ahead_frames)
         async with asyncio.TaskGroup() as tasks:
             tasks.create_task(self._generate(chunk_queue))
             tasks.create_task(self._synthesize(chunk_queue, audio_queue))
@@ -123,23 +146,36 @@ class Reply:
             async for delta in stream:
                 if self.timings.llm_ttft_ms is None:
                     self.timings.llm_ttft_ms = self._ms_since(self.timings.request_at)
+                if self._loop_guard.push(delta):
+                    self.cut_by = "loop"  # the unfinished text holds the loop: it is dropped
+                    break
                 if not all(self._put_chunk(chunks, chunk, said) for chunk in self._chunker.push(delta)):
+                    self.cut_by = "repeated_chunk"
+                    break
+                if self._chunker.done:
+                    self.cut_by = "sentence_limit"
                     break
                 if self.timings.first_chunk_ms is not None:
                     await self._first_chunk_synthesized.wait()
             else:
                 for chunk in self._chunker.flush():
                     self._put_chunk(chunks, chunk, said)
+        if self.timings.first_chunk_ms is None:
+            self.said_nothing = True
+            self._put_chunk(chunks, NOTHING_TO_SAY, said)
         chunks.put_nowait(None)
 
     def _put_chunk(self, chunks: asyncio.Queue, text: str, said: set[str]) -> bool:
-        """Queue ``text`` for synthesis; False if the answer already said it.
+        """Queue the speakable form of ``text`` for synthesis; False if the answer already said it.
 
         Small models fall into loops ("I'm not. I'm not. I'm not. ..."): an
         answer ends at its first repeated chunk instead of talking for a minute
         and filling the history, and so every later prompt, with the loop.
         """
-        key = " ".join(words(text.lower()))
+        text = speakable(text)
+        key = " ".join(word_tokens(text.lower()))
+        if not key:
+            return True  # nothing to say in it ("**", an emoji)
         if key in said:
             return False
         said.add(key)
@@ -159,26 +195,30 @@ class Reply:
             async for piece in self._tts.synthesize(text):
                 if first and index == 0:
                     self.timings.tts_ttfa_ms = self._ms_since(handed_at)
+                    # Piper yields a sentence's audio at once and the first chunk is at
+                    # most one sentence: it is synthesized, and the LLM may go on while
+                    # its frames wait for room in the queue.
+                    self._first_chunk_synthesized.set()
                 if first:
-                    audio.put_nowait(chunk)  # a chunk starts
+                    await audio.put(chunk)  # a chunk starts
                     first = False
                 chunk.synthesized_s += len(piece) / self._tts.sample_rate
-                pending = self._queue_frames(audio, np.concatenate([pending, resampler.process(piece)]))
+                pending = await self._queue_frames(audio, np.concatenate([pending, resampler.process(piece)]))
             self._first_chunk_synthesized.set()
             if first:
                 continue  # nothing speakable in this chunk
             tail = np.concatenate([pending, resampler.process(np.zeros(0, np.float32), last=True)])
             # Pad the tail to whole frames: telephony wants fixed 20 ms frames.
-            self._queue_frames(audio, np.pad(tail, (0, -len(tail) % self._frame)))
-            audio.put_nowait(_ChunkDone(index))
+            await self._queue_frames(audio, np.pad(tail, (0, -len(tail) % self._frame)))
+            await audio.put(_ChunkDone(index))
             index += 1
-        audio.put_nowait(None)
+        await audio.put(None)
 
-    def _queue_frames(self, audio: asyncio.Queue, samples: np.ndarray) -> np.ndarray:
-        """Queue every whole frame of ``samples``; return the remainder."""
+    async def _queue_frames(self, audio: asyncio.Queue, samples: np.ndarray) -> np.ndarray:
+        """Queue every whole frame of ``samples``, waiting for room; return the remainder."""
         whole = len(samples) - len(samples) % self._frame
         for start in range(0, whole, self._frame):
-            audio.put_nowait(samples[start : start + self._frame])
+            await audio.put(samples[start : start + self._frame])
         return samples[whole:]
 
     def resume(self) -> None:

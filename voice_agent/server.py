@@ -6,10 +6,13 @@ that connects it, see ``docs/telephony.md``), ``/`` serves the browser client
 from ``voice_agent/web/``, ``/healthz`` and ``/readyz`` are the liveness and readiness probes.
 ``/metrics`` serves Prometheus metrics.
 Models load in the background after start-up, so the probes answer at once;
+if they fail to load, ``/healthz`` fails and the process is asked to exit.
 WebSocket clients that arrive before the models are warm, past the session
-limit, or during a shutdown are refused with close code 1013 (try again
+limits, or during a shutdown are refused with close code 1013 (try again
 later). A handshake from a browser origin not allowed gets HTTP 403, one
-without the auth token HTTP 401 (see ``docs/operations.md``).
+without the auth token HTTP 401 (see ``docs/operations.md``). With an auth
+token, the telephony streams take only the telephony token (phone networks
+cannot send ours), and are closed without one.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ import asyncio
 import contextlib
 import hmac
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from urllib.parse import parse_qsl
 
@@ -33,14 +36,14 @@ from . import log as logs
 from .access import UNAUTHORIZED, AccessPolicy
 from .close_codes import CloseCode
 from .config import Settings
-from .connection import Codec, run_session
+from .connection import Codec, close_within, run_session
 from .engines import Engines, load_engines
 from .limits import Refused, SessionRegistry
 from .metrics import CONTENT_TYPE, ServerMetrics
 from .protocols.events import InputEvent
 from .protocols.native import NativeProtocol
 from .protocols.realtime import RealtimeProtocol
-from .protocols.twilio import TELNYX, TWILIO, Dialect, MediaStreamsProtocol
+from .protocols.telephony import TELNYX, TWILIO, Dialect, MediaStreamsProtocol
 from .twiml import bare_host, connect_stream, is_valid_signature, stream_url
 
 log = logging.getLogger(__name__)
@@ -56,9 +59,13 @@ class Runtime:
         self.settings = settings
         self.engines = engines
         self.ready = asyncio.Event()
-        self.sessions = SessionRegistry(settings.max_sessions)
+        self.sessions = SessionRegistry(settings.max_sessions, settings.max_sessions_per_client)
         self.metrics = ServerMetrics()
         self.access = AccessPolicy(settings.auth_token, settings.allowed_origins)
+        self.load_failed = False
+        # Called when the models cannot load: a server that can never be ready should exit, so that
+        # an orchestrator restarts it rather than wait on it forever.
+        self.on_load_failure: Callable[[], None] | None = None
         if engines is not None:
             self.ready.set()
 
@@ -67,10 +74,32 @@ class Runtime:
             self.engines = await asyncio.to_thread(load_engines, self.settings)
             await self.engines.warm_up()
         except Exception:
-            log.exception("loading the models failed")
-            raise
+            log.exception("loading the models failed; the server cannot serve and stops")
+            self.load_failed = True
+            if self.on_load_failure is not None:
+                self.on_load_failure()
+            return
         self.ready.set()
         log.info("ready: ws://%s:%d/ws", self.settings.host, self.settings.port)
+
+    @property
+    def telephony_streams_open(self) -> bool:
+        """Phone networks cannot send the auth token: with one set, streams need the telephony token."""
+        return bool(self.settings.telephony_token) or not self.access.has_token
+
+    @property
+    def telephony_webhook_open(self) -> bool:
+        """The webhook hands out the stream URL, and its token: only to requests Twilio signed, if there is one."""
+        secret = self.settings.telephony_token or self.access.has_token
+        return bool(self.settings.twilio_auth_token) or not secret
+
+    def log_access(self) -> None:
+        if not self.telephony_streams_open:
+            log.warning("/twilio and /telnyx are closed: --auth-token is set and --telephony-token is not")
+        if not self.telephony_webhook_open:
+            log.warning("POST /twilio/voice is closed: set --twilio-auth-token so that only Twilio gets the stream URL")
+        if self.access.has_token and not self.settings.public_metrics:
+            log.info("/metrics asks for the auth token (--public-metrics opens it)")
 
 
 def create_app(settings: Settings, engines: Engines | None = None) -> Starlette:
@@ -78,6 +107,7 @@ def create_app(settings: Settings, engines: Engines | None = None) -> Starlette:
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette):
+        runtime.log_access()
         loader = None if runtime.ready.is_set() else asyncio.create_task(runtime.load())
         lag_watch = asyncio.create_task(runtime.metrics.watch_event_loop())
         yield
@@ -103,24 +133,25 @@ def create_app(settings: Settings, engines: Engines | None = None) -> Starlette:
 
     async def serve(websocket: WebSocket, codec: Codec, opening: Sequence[InputEvent] = ()) -> None:
         """Run a session on an accepted WebSocket, if the server can take one now."""
+        engines = runtime.engines
         try:
-            if not runtime.ready.is_set():
+            if not runtime.ready.is_set() or engines is None:
                 raise Refused("loading", "models are still loading")
-            slot = runtime.sessions.open()
+            slot = runtime.sessions.open(websocket.client.host if websocket.client else "")
         except Refused as refused:
             runtime.metrics.refused.labels(refused.kind).inc()
             log.warning("refused a session from %s: %s", websocket.client, refused)
-            await websocket.close(CloseCode.TRY_AGAIN_LATER, str(refused))
+            await close_within(websocket, CloseCode.TRY_AGAIN_LATER, str(refused))
             return
         with slot:
-            await run_session(websocket, codec, runtime.engines, settings, slot, runtime.metrics, opening)
+            await run_session(websocket, codec, engines, settings, slot, runtime.metrics, opening)
 
     async def native(websocket: WebSocket) -> None:
         logs.start_session()
         if not await allowed(websocket, check_token=True):
             return
         await websocket.accept()
-        await serve(websocket, NativeProtocol())
+        await serve(websocket, NativeProtocol(allow_client_prompt=settings.allow_client_prompt))
 
     async def realtime(websocket: WebSocket) -> None:
         """The OpenAI Realtime protocol; ``?model=`` is reported back whatever it names, ``?metrics=1`` adds ours."""
@@ -129,7 +160,11 @@ def create_app(settings: Settings, engines: Engines | None = None) -> Starlette:
             return
         await websocket.accept()
         query = websocket.query_params
-        codec = RealtimeProtocol(model=query.get("model", ""), metrics=query.get("metrics") in ("1", "true"))
+        codec = RealtimeProtocol(
+            model=query.get("model", ""),
+            metrics=query.get("metrics") in ("1", "true"),
+            allow_client_prompt=settings.allow_client_prompt,
+        )
         await serve(websocket, codec, codec.opening())
 
     async def telephony(websocket: WebSocket, dialect: Dialect) -> None:
@@ -138,13 +173,19 @@ def create_app(settings: Settings, engines: Engines | None = None) -> Starlette:
         if not await allowed(websocket, check_token=False):
             return
         token = websocket.path_params.get("token", "")
-        if settings.telephony_token and not hmac.compare_digest(token.encode(), settings.telephony_token.encode()):
+        if not runtime.telephony_streams_open or (
+            settings.telephony_token and not hmac.compare_digest(token.encode(), settings.telephony_token.encode())
+        ):
+            runtime.metrics.refused.labels(UNAUTHORIZED).inc()
             log.warning("refused a %s stream with a missing or wrong token from %s", dialect.name, websocket.client)
-            await websocket.close(CloseCode.POLICY_VIOLATION)  # before accept, so the handshake gets HTTP 403
+            await websocket.send_denial_response(PlainTextResponse("missing or wrong token", status_code=403))
             return
         await websocket.accept()
         codec = MediaStreamsProtocol(
-            dialect, dtmf_template=settings.telephony_dtmf_template, greeting=settings.telephony_greeting
+            dialect,
+            dtmf_template=settings.telephony_dtmf_template,
+            greeting=settings.telephony_greeting,
+            allow_client_prompt=settings.allow_client_prompt,
         )
         await serve(websocket, codec)
 
@@ -156,6 +197,8 @@ def create_app(settings: Settings, engines: Engines | None = None) -> Starlette:
 
     async def twilio_voice(request: Request) -> Response:
         """Twilio's voice webhook: answer the call by streaming it to ``/twilio``."""
+        if not runtime.telephony_webhook_open:
+            return PlainTextResponse("the webhook needs --twilio-auth-token on this server", status_code=403)
         body = bytearray()
         async for piece in request.stream():
             body += piece
@@ -178,6 +221,8 @@ def create_app(settings: Settings, engines: Engines | None = None) -> Starlette:
         return Response(twiml, media_type="application/xml")
 
     async def healthz(request: Request) -> PlainTextResponse:
+        if runtime.load_failed:
+            return PlainTextResponse("the models failed to load", status_code=503)
         return PlainTextResponse("ok")
 
     async def readyz(request: Request) -> PlainTextResponse:
@@ -188,6 +233,12 @@ def create_app(settings: Settings, engines: Engines | None = None) -> Starlette:
         return PlainTextResponse("loading", status_code=503)
 
     async def metrics(request: Request) -> Response:
+        if (
+            runtime.access.has_token
+            and not settings.public_metrics
+            and not runtime.access.carries_token(request.headers, request.query_params)
+        ):
+            return PlainTextResponse("missing or wrong token", status_code=401)
         return Response(runtime.metrics.render(), media_type=CONTENT_TYPE)
 
     routes = [

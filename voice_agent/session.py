@@ -23,6 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
+from . import log as logs
 from .audio import PIPELINE_RATE
 from .barge_in import BargeIn, BargeInPolicy
 from .config import Settings
@@ -134,6 +135,7 @@ class Session:
             settings, lambda messages: self.engines.llm.prefill(messages), session_id
         )
         self._answer: _Answer | None = None
+        self._input_seen = False
         self.closed = False
         # What a client may choose for itself (the Realtime protocol's session.update):
         # it changes a copy of the server's settings, so other sessions never see it.
@@ -180,7 +182,12 @@ class Session:
         """Take one input event. Never blocks; long work goes to tasks."""
         if self.closed:
             return
-        if isinstance(event, AudioReceived):
+        late_start = isinstance(event, SessionStarted) and self._input_seen
+        self._input_seen |= isinstance(event, (SessionStarted, AudioReceived, TextReceived))
+        if late_start:
+            # Once, before any input: never a second greeting, nor a rate or prompt switch mid-answer.
+            self._emit(Error("start_after_input", "start must come once, before any audio or text; ignored"))
+        elif isinstance(event, AudioReceived):
             self.listener.feed(event.samples)
         elif isinstance(event, SessionStarted):
             self._on_start(event)
@@ -279,7 +286,7 @@ class Session:
         if self._reply is None:
             return
         if self.barge_in.is_backchannel(text):
-            log.info("session %s: not an interruption: %r", self.id, text)
+            log.log(logs.words_level(), "session %s: not an interruption: %r", self.id, text)
             self._reply.resume()
             return
         self._yield_to(turn, text)
@@ -287,7 +294,8 @@ class Session:
             self.commit(turn)  # it ended while we listened: answer it now that the agent is quiet
 
     def _yield_to(self, turn: UserTurn, text: str) -> None:
-        log.info("session %s: barge-in after %.0f ms of speech %r", self.id, turn.speech_ms, text)
+        log.info("session %s: barge-in after %.0f ms of speech", self.id, turn.speech_ms)
+        log.log(logs.words_level(), "session %s: the words that interrupted: %r", self.id, text)
         turn.over_agent = False
         self._announce(turn)
         self._cancel_reason = "turn_detected"
@@ -349,7 +357,7 @@ class Session:
             self._say(APOLOGY)
             return
         if not has_words(text) or (turn.over_agent and self.barge_in.is_backchannel(text)):
-            log.info("session %s: turn %d had no words for the agent: %r", self.id, turn.id, text)
+            log.log(logs.words_level(), "session %s: turn %d had no words for the agent: %r", self.id, turn.id, text)
             self._answer = None
             self._emit(TurnIgnored(turn.id))
             return
@@ -406,7 +414,9 @@ class Session:
             turn=turn,
             user_text=user_text,
             first_chunk_min_words=self.settings.first_chunk_min_words,
-            phrase_breaks=bool(self.settings.first_chunk_phrase_breaks),
+            phrase_breaks=self.settings.first_chunk_phrase_breaks,
+            # Fixed words (a greeting, an apology: no user text) are said whole.
+            max_sentences=self.settings.answer_max_sentences if user_text else 0,
             on_first_audio=None if metrics is None else (lambda reply: self._report(reply, metrics)),
             held=held,
             clock=self._clock,
@@ -512,7 +522,7 @@ class Session:
             end_silence_ms=default,
             end_silence_incomplete_ms=incomplete,
             # An answer prepared in the pause is wasted when the client decides when to answer.
-            preemptive_generation=base.preemptive_generation if detection.create_response else 0,
+            preemptive_generation=base.preemptive_generation and detection.create_response,
         )
         preroll = PREROLL_SAMPLES
         if detection.prefix_padding_ms is not None:

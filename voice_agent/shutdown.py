@@ -37,6 +37,10 @@ class GracefulServer(uvicorn.Server):
         self._loop = asyncio.get_running_loop()
         await super().serve(sockets)
 
+    def stop_now(self) -> None:
+        """Stop without a drain: for a server that never became ready, so has no session to wait for."""
+        self.should_exit = True
+
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         if self._draining or self._loop is None or sig not in (signal.SIGTERM, signal.SIGINT):
             super().handle_exit(sig, frame)

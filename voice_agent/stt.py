@@ -29,6 +29,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
+from . import log as logs
+
 log = logging.getLogger(__name__)
 
 SAMPLE_RATE = 16000
@@ -103,7 +105,8 @@ class WhisperSTT:
         text = self._transcribe_window(audio, max(self.window_s, duration + 2))
         if looks_looped(text):
             # Rare, and mostly on turns with long pauses inside: the full window does not loop.
-            log.info("Whisper looped in a %.0f s window (%r); transcribing in 30 s", self.window_s, text[:80])
+            log.info("Whisper looped in a %.0f s window; transcribing in 30 s", self.window_s)
+            log.log(logs.words_level(), "Whisper's looping transcript: %r", text[:80])
             return self._transcribe_full(audio)
         return text
 

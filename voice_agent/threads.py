@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncGenerator, Callable, Iterator
 from concurrent.futures import Executor
 from typing import TypeVar
 
@@ -28,7 +28,7 @@ def active_workers() -> int:
 
 async def iterate_in_thread(
     produce: Callable[[], Iterator[T]], executor: Executor | None = None, ahead: int | None = None
-) -> AsyncIterator[T]:
+) -> AsyncGenerator[T, None]:
     """Yield what ``produce()`` yields, computing it in ``executor``.
 
     When the consumer stops early, the worker stops before its next item and

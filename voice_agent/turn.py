@@ -69,7 +69,7 @@ class Completeness(enum.Enum):
 
 def has_words(transcript: str | None) -> bool:
     """Whisper sometimes returns only punctuation ("." or "...") for a noise."""
-    return bool(transcript) and _WORD.search(transcript) is not None
+    return transcript is not None and _WORD.search(transcript) is not None
 
 
 def classify(transcript: str | None) -> Completeness:

@@ -157,7 +157,7 @@ def main() -> None:
         expect = f"    expect: {sounds[probe][1]!r}\n" if sounds[probe][1] else ""
         entries.append(f"  - file: {probe}.flac\n    start: {PROBE_START}\n{expect}    tags: [{tag}]\n")
     header = (
-        "# The barge-in eval (scripts/bargein_eval). Audio and this file: scripts/bargein_turns/generate.py.\n"
+        "# The barge-in eval (voice-agent bench bargein). Audio and this file: scripts/bargein_turns/generate.py.\n"
         "# Each question is followed by a probe played over the agent's answer: an interruption (must\n"
         "# stop the agent), an acknowledgement or a non-speech noise (must not).\n"
         "turns:\n"

@@ -69,7 +69,7 @@ def main() -> None:
         print(name)
     paused = sum(1 for _, tag, _ in TURNS if tag != "whole")
     header = (
-        "# The endpointing eval (scripts/endpoint_eval). Audio and this file: scripts/endpoint_turns/generate.py.\n"
+        "# The endpointing eval (voice-agent bench endpointing). Audio and this file: scripts/endpoint_turns/generate.py.\n"
         f"# {paused} turns pause mid-turn (0.3 to 1.5 s) and must not be answered during the pause;\n"
         f"# {len(TURNS) - paused} are whole short answers and questions that should be answered at once.\n"
         "turns:\n"

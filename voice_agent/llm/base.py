@@ -7,7 +7,7 @@ backend must then stop generating, so a barge-in frees the engine at once.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from typing import Protocol
 
 Message = dict[str, str]  # {"role": "system" | "user" | "assistant", "content": ...}
@@ -16,7 +16,7 @@ Message = dict[str, str]  # {"role": "system" | "user" | "assistant", "content":
 class LLMBackend(Protocol):
     name: str
 
-    def stream_chat(self, messages: list[Message]) -> AsyncIterator[str]:
+    def stream_chat(self, messages: list[Message]) -> AsyncGenerator[str, None]:
         """Stream the assistant's reply to ``messages`` as text deltas."""
         ...
 

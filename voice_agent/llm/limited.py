@@ -7,7 +7,7 @@ delta count is a token count. Closing the inner stream aborts the generation.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 
 from .base import LLMBackend, Message
 
@@ -18,9 +18,9 @@ class TokenLimited:
         self._limit = limit
         self.name = llm.name
 
-    async def stream_chat(self, messages: list[Message]) -> AsyncIterator[str]:
+    async def stream_chat(self, messages: list[Message]) -> AsyncGenerator[str, None]:
         stream = self._llm.stream_chat(messages)
-        async with contextlib.aclosing(stream):  # type: ignore[type-var]  # every backend's stream is a generator
+        async with contextlib.aclosing(stream):
             count = 0
             async for delta in stream:
                 yield delta

@@ -18,7 +18,7 @@ import asyncio
 import contextlib
 import logging
 import os
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncGenerator, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -70,6 +70,11 @@ class LlamaCppBackend:
         context: int = 2048,
         max_tokens: int = 120,
         temperature: float = 0.3,
+        repeat_penalty: float = 1.0,
+        frequency_penalty: float = 0.0,
+        presence_penalty: float = 0.0,
+        seed: int | None = None,
+        warm_up_prompt: str = "",
         q8_0: bool = False,
     ):
         from llama_cpp import Llama
@@ -79,6 +84,14 @@ class LlamaCppBackend:
             self.model_path = q8_0_copy(self.model_path)
         self.max_tokens = max_tokens
         self.temperature = temperature
+        # llama.cpp applies these over the last 64 tokens (the Llama default
+        # ``last_n_tokens_size``); its DRY sampler exists only in the low-level
+        # C API, not in ``create_chat_completion``, so it is not used.
+        self.repeat_penalty = repeat_penalty
+        self.frequency_penalty = frequency_penalty
+        self.presence_penalty = presence_penalty
+        self.seed = seed  # None: each instance draws its own sequence of seeds
+        self.warm_up_prompt = warm_up_prompt
         self._executor = ThreadPoolExecutor(instances, thread_name_prefix="llm")
         self._changed: asyncio.Condition | None = None  # an instance was taken or given back
         self._instances: list[_Instance] = []
@@ -110,9 +123,8 @@ class LlamaCppBackend:
         prefix, waiting for it is quicker than evaluating it all again
         elsewhere; if it is generating an answer, the best idle one will do.
         """
-        if self._changed is None:  # created lazily: it belongs to the serving loop
-            self._changed = asyncio.Condition()
-        async with self._changed:
+        changed = self._condition()
+        async with changed:
             while True:
                 best = max(self._instances, key=lambda c: (c.shared_prefix(messages), not c.busy))
                 if best.busy and not best.prefilling:
@@ -120,17 +132,23 @@ class LlamaCppBackend:
                     best = max(idle, key=lambda candidate: candidate.shared_prefix(messages), default=best)
                 if not best.busy:
                     break
-                await self._changed.wait()
+                await changed.wait()
             best.busy = True
             best.last_messages = messages
             return best
 
     async def _give_back(self, instance: _Instance) -> None:
-        async with self._changed:
+        changed = self._condition()
+        async with changed:
             instance.busy = instance.prefilling = False
-            self._changed.notify_all()
+            changed.notify_all()
 
-    async def stream_chat(self, messages: list[Message]) -> AsyncIterator[str]:
+    def _condition(self) -> asyncio.Condition:
+        if self._changed is None:  # created lazily: it belongs to the serving loop
+            self._changed = asyncio.Condition()
+        return self._changed
+
+    async def stream_chat(self, messages: list[Message]) -> AsyncGenerator[str, None]:
         instance = await self._take(messages)
         try:
             # A few tokens ahead at most: a reader that pauses pauses the computation.
@@ -175,6 +193,10 @@ class LlamaCppBackend:
             stream=True,
             max_tokens=self.max_tokens,
             temperature=self.temperature,
+            repeat_penalty=self.repeat_penalty,
+            frequency_penalty=self.frequency_penalty,
+            presence_penalty=self.presence_penalty,
+            seed=self.seed,
         )
         for part in stream:
             delta = part["choices"][0]["delta"].get("content")
@@ -197,6 +219,19 @@ class LlamaCppBackend:
 
         # At once, so that every instance runs its first, slow evaluation.
         await asyncio.gather(*(one_answer() for _ in range(self.instances)))
+        if self.warm_up_prompt:
+            # The system prompt, with its example answers, is the longest part of
+            # the first turn's prompt: evaluated now, the first user does not wait for it.
+            system = [{"role": "system", "content": self.warm_up_prompt}]
+            loop = asyncio.get_running_loop()
+            await asyncio.gather(
+                *(
+                    loop.run_in_executor(self._executor, self._evaluate, instance.llama, system)
+                    for instance in self._instances
+                )
+            )
+            for instance in self._instances:
+                instance.last_messages = system
 
     async def close(self) -> None:
         self._executor.shutdown(wait=False, cancel_futures=True)

@@ -18,7 +18,7 @@ import asyncio
 import json
 import logging
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 
 import httpx
 
@@ -78,6 +78,9 @@ class OpenAICompatBackend:
         api_key_env: str = "OPENAI_API_KEY",
         max_tokens: int = 120,
         temperature: float = 0.3,
+        repeat_penalty: float = 1.0,
+        frequency_penalty: float = 0.0,
+        presence_penalty: float = 0.0,
         timeout_s: float = 10.0,
         retries: int = 2,
     ):
@@ -89,6 +92,9 @@ class OpenAICompatBackend:
         self.model = model
         self.max_tokens = max_tokens
         self.temperature = temperature
+        self.repeat_penalty = repeat_penalty
+        self.frequency_penalty = frequency_penalty
+        self.presence_penalty = presence_penalty
         self.retries = retries
         headers = {}
         api_key = os.environ.get(api_key_env, "") if api_key_env else ""
@@ -103,7 +109,7 @@ class OpenAICompatBackend:
             limits=httpx.Limits(max_connections=None, max_keepalive_connections=32),
         )
 
-    async def stream_chat(self, messages: list[Message]) -> AsyncIterator[str]:
+    async def stream_chat(self, messages: list[Message]) -> AsyncGenerator[str, None]:
         if not self.model:
             self.model = await self._served_model()
         body = {
@@ -112,7 +118,13 @@ class OpenAICompatBackend:
             "stream": True,
             "max_tokens": self.max_tokens,
             "temperature": self.temperature,
+            "frequency_penalty": self.frequency_penalty,
+            "presence_penalty": self.presence_penalty,
         }
+        if self.repeat_penalty != 1.0:
+            # vLLM's extension of the API (llama.cpp's repeat penalty); OpenAI's own
+            # API rejects unknown fields, so it is sent only when it does something.
+            body["repetition_penalty"] = self.repeat_penalty
         attempt = 0
         while True:
             streamed = False

@@ -6,7 +6,7 @@ interrupted like one.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 
 from .base import Message
 
@@ -17,7 +17,7 @@ class ScriptedLLM:
     def __init__(self, text: str):
         self._text = text
 
-    async def stream_chat(self, messages: list[Message]) -> AsyncIterator[str]:
+    async def stream_chat(self, messages: list[Message]) -> AsyncGenerator[str, None]:
         yield self._text
 
     async def prefill(self, messages: list[Message]) -> None:

@@ -18,7 +18,7 @@ import os
 import shutil
 import tempfile
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from pathlib import Path
 
 from .base import Message
@@ -83,12 +83,18 @@ class VLLMBackend:
         enforce_eager: bool = False,
         max_tokens: int = 120,
         temperature: float = 0.3,
+        repeat_penalty: float = 1.0,
+        frequency_penalty: float = 0.0,
+        presence_penalty: float = 0.0,
     ):
         from vllm import AsyncEngineArgs, AsyncLLMEngine
 
         self.model = model or str(embedded_model_dir())
         self.max_tokens = max_tokens
         self.temperature = temperature
+        self.repeat_penalty = repeat_penalty
+        self.frequency_penalty = frequency_penalty
+        self.presence_penalty = presence_penalty
         log.info("starting vLLM engine for %s", self.model)
         self.engine = AsyncLLMEngine.from_engine_args(
             AsyncEngineArgs(
@@ -108,7 +114,7 @@ class VLLMBackend:
         text = self._tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
         return self._tokenizer.encode(text, add_special_tokens=False)
 
-    async def stream_chat(self, messages: list[Message]) -> AsyncIterator[str]:
+    async def stream_chat(self, messages: list[Message]) -> AsyncGenerator[str, None]:
         from vllm import SamplingParams
         from vllm.inputs import tokens_input
         from vllm.sampling_params import RequestOutputKind
@@ -116,6 +122,9 @@ class VLLMBackend:
         params = SamplingParams(
             max_tokens=self.max_tokens,
             temperature=self.temperature,
+            repetition_penalty=self.repeat_penalty,
+            frequency_penalty=self.frequency_penalty,
+            presence_penalty=self.presence_penalty,
             output_kind=RequestOutputKind.DELTA,
         )
         request_id = uuid.uuid4().hex

@@ -9,10 +9,11 @@ returns.
 from __future__ import annotations
 
 import json
-import math
 from typing import Any
 
 from ..audio import PIPELINE_RATE, SUPPORTED_RATES, float_to_pcm16, pcm16_to_float
+from ..printable import printable
+from .client_options import chat_markup_error, screen_prompt_options
 from .events import (
     AgentAudio,
     AudioReceived,
@@ -29,15 +30,20 @@ from .events import (
     TextReceived,
     Transcript,
 )
+from .strict_json import InvalidJSON, decode_object
 
 MAX_TEXT_CHARS = 2000
+MAX_MARK_CHARS = 100
 
 
 class NativeProtocol:
-    def __init__(self) -> None:
+    """``allow_client_prompt``: whether ``start`` may set the system prompt and the greeting."""
+
+    def __init__(self, allow_client_prompt: bool = False) -> None:
         self.sample_rate = PIPELINE_RATE
+        self.allow_client_prompt = allow_client_prompt
         self._started = False
-        self._audio_seen = False
+        self._input_seen = False  # audio or text: the session is under way, start comes too late
 
     # Client to server.
 
@@ -48,49 +54,53 @@ class NativeProtocol:
                     "odd_length_audio", f"binary frame of {len(data)} bytes is not whole PCM16 samples; dropped"
                 )
             ]
-        self._audio_seen = True
+        self._input_seen = True
         if not data:
             return []
         return [AudioReceived(pcm16_to_float(data))]
 
     def receive_text(self, text: str) -> list[InputEvent]:
         try:
-            message = json.loads(text)
-        except (json.JSONDecodeError, RecursionError):
-            return [ProtocolError("invalid_json", "text message is not valid JSON")]
-        if not isinstance(message, dict):
-            return [ProtocolError("invalid_message", "a text message must be a JSON object")]
+            message = decode_object(text)
+        except InvalidJSON as invalid:
+            return [ProtocolError(invalid.code, invalid.message)]
         kind = message.get("type")
         handler = _HANDLERS.get(kind) if isinstance(kind, str) else None
         if handler is None:
-            return [ProtocolError("unknown_type", f"unknown message type {kind!r}; ignored")]
+            return [ProtocolError("unknown_type", f"unknown message type {printable(kind)}; ignored")]
         return handler(self, message)
 
     def _on_start(self, message: dict[str, Any]) -> list[InputEvent]:
         rate = message.get("sample_rate", PIPELINE_RATE)
-        if isinstance(rate, float) and math.isfinite(rate) and rate.is_integer():
+        if isinstance(rate, float) and rate.is_integer():  # strict JSON: always finite
             rate = int(rate)
         if isinstance(rate, bool) or not isinstance(rate, int) or rate not in SUPPORTED_RATES:
             allowed = ", ".join(map(str, SUPPORTED_RATES))
-            return [ProtocolError("unsupported_sample_rate", f"sample_rate must be one of {allowed}; got {rate!r}")]
+            return [
+                ProtocolError("unsupported_sample_rate", f"sample_rate must be one of {allowed}; got {printable(rate)}")
+            ]
         if self._started:
             return [ProtocolError("invalid_message", "start was already received; ignored")]
-        if self._audio_seen and rate != self.sample_rate:
+        if self._input_seen:
+            # Audio already decoded at one rate, or an answer already under way: a start now would
+            # switch the rate or the prompt in the middle of it.
             return [
                 ProtocolError(
-                    "start_after_audio",
-                    f"start must come before any audio; the session stays at {self.sample_rate} Hz",
+                    "start_after_input",
+                    f"start must come before any audio or text; ignored (the session stays at {self.sample_rate} Hz)",
                 )
             ]
         self._started = True
         self.sample_rate = rate
-        options = {k: v for k, v in message.items() if k not in ("type", "sample_rate")}
-        return [SessionStarted(rate, options)]
+        options, errors = screen_prompt_options(message, self.allow_client_prompt)
+        return [*errors, SessionStarted(rate, dict(options))]
 
     def _on_mark(self, message: dict[str, Any]) -> list[InputEvent]:
         name = message.get("name")
-        if not isinstance(name, str):
-            return [ProtocolError("invalid_message", "mark needs a string name")]
+        if not isinstance(name, str) or len(name) > MAX_MARK_CHARS:
+            return [
+                ProtocolError("invalid_message", f"mark needs a string name of at most {MAX_MARK_CHARS} characters")
+            ]
         return [MarkPlayed(name)]
 
     def _on_text(self, message: dict[str, Any]) -> list[InputEvent]:
@@ -99,6 +109,9 @@ class NativeProtocol:
             return [ProtocolError("invalid_message", "text needs a non-empty string text")]
         if len(text) > MAX_TEXT_CHARS:
             return [ProtocolError("text_too_long", f"text is over {MAX_TEXT_CHARS} characters")]
+        if (markup := chat_markup_error(text)) is not None:
+            return [markup]
+        self._input_seen = True
         return [TextReceived(text.strip())]
 
     def _on_stop(self, message: dict[str, Any]) -> list[InputEvent]:

@@ -40,6 +40,7 @@ from ..audio import (
     mulaw_encode,
     pcm16_to_float,
 )
+from .client_options import chat_markup_error, screen_prompt_options
 from .events import (
     MANUAL,
     NO_TOKEN_LIMIT,
@@ -156,11 +157,14 @@ class _Conversation:
 
 class RealtimeProtocol:
     """``metrics``: send ``voice_agent.metrics`` once per turn. Off by default: clients that
-    validate every server event (the OpenAI Agents SDK) report an unknown type as an error."""
+    validate every server event (the OpenAI Agents SDK) report an unknown type as an error.
+    ``allow_client_prompt``: whether ``instructions`` may set the system prompt (``--allow-client-prompt``).
+    """
 
-    def __init__(self, model: str = "", metrics: bool = False) -> None:
+    def __init__(self, model: str = "", metrics: bool = False, allow_client_prompt: bool = False) -> None:
         self.model = model or DEFAULT_MODEL
         self.metrics = metrics
+        self.allow_client_prompt = allow_client_prompt
         self.input_format = PCM
         self.output_format = PCM
         self.session_rate = PCM.rate
@@ -244,10 +248,10 @@ class RealtimeProtocol:
             except _Invalid as invalid:
                 errors.append(ProtocolError(invalid.code, f"turn_detection: {invalid.message}", event_id))
         if "instructions" in session:
-            if isinstance(session["instructions"], str) and len(session["instructions"]) <= 100 * MAX_TEXT_CHARS:
-                update["instructions"] = session["instructions"]
-            else:
-                errors.append(ProtocolError("invalid_value", "instructions must be a string", event_id))
+            instructions, refused = self._instructions(session["instructions"], event_id)
+            errors += refused
+            if instructions is not None:
+                update["instructions"] = instructions
         for name in ("max_output_tokens", "max_response_output_tokens"):
             if name in session:
                 try:
@@ -260,6 +264,12 @@ class RealtimeProtocol:
         if session.get("tools"):
             errors.append(ProtocolError("unsupported", "tools are not supported by this server yet", event_id))
         return [*errors, SessionUpdate(event_id=event_id, **update)]
+
+    def _instructions(self, value: Any, event_id: str) -> tuple[str | None, list[ProtocolError]]:
+        """Instructions the server lets a client give, or None and the reason why not."""
+        options, errors = screen_prompt_options({"system_prompt": value}, self.allow_client_prompt)
+        errors = [ProtocolError(e.code, e.message.replace("system_prompt", "instructions"), event_id) for e in errors]
+        return options.get("system_prompt"), errors
 
     def _set_output_format(self, audio_format: AudioFormat) -> None:
         if audio_format is not self.output_format:
@@ -311,6 +321,8 @@ class RealtimeProtocol:
             raise _Invalid("invalid_value", "the user message has no text")
         if len(text) > MAX_TEXT_CHARS:
             raise _Invalid("invalid_value", f"the user message is over {MAX_TEXT_CHARS} characters")
+        if (markup := chat_markup_error(text)) is not None:
+            raise _Invalid(markup.code, markup.message)
         item_id = item.get("id")
         self._conversation.text_item_ids.append(item_id if isinstance(item_id, str) and item_id else self._id("item"))
         return [UserText(text, event_id)]
@@ -326,9 +338,11 @@ class RealtimeProtocol:
 
     def _on_response_create(self, message: dict[str, Any], event_id: str) -> list[InputEvent]:
         response = _object(message, "response", required=False)
-        instructions = response.get("instructions")
-        if instructions is not None and not isinstance(instructions, str):
-            raise _Invalid("invalid_value", "response.instructions must be a string")
+        instructions = None
+        if response.get("instructions") is not None:
+            instructions, refused = self._instructions(response["instructions"], event_id)
+            if refused:
+                raise _Invalid(refused[0].code, f"response.{refused[0].message}")
         max_tokens = None
         for name in ("max_output_tokens", "max_response_output_tokens"):
             if name in response:

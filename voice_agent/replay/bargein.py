@@ -2,7 +2,7 @@
 stop, how soon, and did it stop for a sound it should have ignored?
 
 Pure functions over what a replay client received (``measure``'s instants).
-``scripts/bargein_eval`` runs them; ``docs/endpointing.md`` explains the eval.
+``voice-agent bench bargein`` runs them; ``docs/endpointing.md`` explains the eval.
 
 What the user hears is what counts: a client that plays the agent's frames
 as they arrive and drops its queue at ``clear`` (``measure.playback_intervals``)
@@ -40,7 +40,12 @@ def probe_outcome(received: Sequence[Received], onset: float, end: float, settle
     deadline = end + settle_s
     intervals = bridged(playback_intervals(received), GLITCH_S)
     playing = next((i for i, (start, stop) in enumerate(intervals) if start <= onset < stop), None)
-    result = {"outcome": "not playing", "stop_ms": None, "clear_ms": None, "silent_ms": None}
+    result: dict[str, str | float | None] = {
+        "outcome": "not playing",
+        "stop_ms": None,
+        "clear_ms": None,
+        "silent_ms": None,
+    }
     if playing is None:
         return result
     clear_at = next(
@@ -72,7 +77,7 @@ def summarise(probes: Sequence[dict]) -> dict:
     summary = {}
     for tag in sorted({probe["tag"] for probe in probes}):
         group = [probe for probe in probes if probe["tag"] == tag]
-        outcomes = {}
+        outcomes: dict[str, int] = {}
         for probe in group:
             outcomes[probe["outcome"]] = outcomes.get(probe["outcome"], 0) + 1
         cleared = [probe for probe in group if probe["outcome"] == "cleared"]

@@ -2,7 +2,7 @@
 and how soon did it answer once the user had really finished?
 
 Pure functions over what a replay client sent and received (``measure``'s
-instants, client ``time.monotonic()`` readings). ``scripts/endpoint_eval``
+instants, client ``time.monotonic()`` readings). ``voice-agent bench endpointing``
 runs them on replayed turns; ``docs/endpointing.md`` explains the eval.
 
 A turn is **cut off** when, after the user's first speech and before the end
@@ -28,7 +28,7 @@ import numpy as np
 
 from .measure import AudioIn, Received, distribution, is_final_transcript, speech_bursts
 
-# The issue's mid-turn pauses are 300 to 1500 ms; shorter gaps are the breaks
+# A mid-turn pause is a thinking pause of 300 to 1500 ms; shorter gaps are the breaks
 # between words or at a comma that any speaker leaves.
 MIN_PAUSE_MS = 300
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TypeGuard
 
 import numpy as np
 
@@ -125,7 +126,7 @@ def agent_audio_between(received: Sequence[Received], after: float, before: floa
     return first_voiced_audio(received, after, before) is not None
 
 
-def barge_in_stop(received: Sequence[Received], onset: float) -> tuple[float, bool] | None:
+def barge_in_stop(received: Sequence[Received], onset: float) -> tuple[float | None, bool] | None:
     """When the agent went quiet after interrupting speech began at ``onset``.
 
     Returns (instant, cleared): the ``clear`` message if one came, else the
@@ -139,7 +140,7 @@ def barge_in_stop(received: Sequence[Received], onset: float) -> tuple[float, bo
             playing = (start, end)
     if playing is None:
         return None
-    last_audio = None
+    last_audio: float | None = None
     for item in received:
         if item.at < playing[0]:
             continue
@@ -195,7 +196,7 @@ def playback_intervals(received: Sequence[Received]) -> list[tuple[float, float]
     return [(a, b) for a, b in intervals]
 
 
-def is_final_transcript(item: Received, role: str) -> bool:
+def is_final_transcript(item: Received, role: str) -> TypeGuard[MessageIn]:
     return (
         isinstance(item, MessageIn)
         and item.type == "transcript"

@@ -126,6 +126,7 @@ class _Sender:
                 self._times.append(now)
                 if self._position >= len(self._tape):
                     self._tape = None
+                    assert self._done is not None  # play() sets it with the tape
                     self._done.set_result((self._first_frame, self._times))
             due = [name for at, name in self.marks if at <= now]
             if due:
@@ -198,7 +199,9 @@ class _Run:
             previous = SentTurn(turn, frame_times, first_frame)
             self.trace.turns.append(previous)
             self.on_turn()
-        await self._wait(lambda: self._answer_finished(previous), self.options.reply_timeout_s, reading)
+        if previous is not None:
+            last = previous
+            await self._wait(lambda: self._answer_finished(last), self.options.reply_timeout_s, reading)
         await self._sleep_until(time.monotonic() + self.options.tail_ms / 1000, reading)
 
     async def _wait_start(self, turn: Turn, previous: SentTurn, reading: asyncio.Task) -> None:

@@ -86,12 +86,12 @@ class TwilioClientCodec:
     """
 
     def __init__(self) -> None:
-        from ..protocols.twilio import TwilioCaller
+        from ..protocols.telephony import TwilioCaller
 
         self._caller = TwilioCaller(f"MZ{uuid.uuid4().hex}", f"CA{uuid.uuid4().hex}")
 
     def start(self, sample_rate: int) -> list[str | bytes]:
-        from ..protocols.twilio import SAMPLE_RATE
+        from ..protocols.telephony import SAMPLE_RATE
 
         if sample_rate != SAMPLE_RATE:
             raise ValueError(f"the twilio transport runs at {SAMPLE_RATE} Hz: use --rate {SAMPLE_RATE}")
@@ -107,7 +107,7 @@ class TwilioClientCodec:
         return [self._caller.stop()]
 
     def receive(self, message: str | bytes) -> list[OutputEvent]:
-        from ..protocols.twilio import decode_media
+        from ..protocols.telephony import decode_media
 
         try:
             data = json.loads(message)

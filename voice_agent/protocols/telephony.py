@@ -25,6 +25,8 @@ from typing import Any
 import numpy as np
 
 from ..audio import float_to_int16, mulaw_decode, mulaw_encode
+from ..printable import printable
+from .client_options import screen_prompt_options
 from .events import (
     AgentAudio,
     AudioReceived,
@@ -41,11 +43,16 @@ from .events import (
     TextReceived,
     Transcript,
 )
+from .strict_json import InvalidJSON, decode_object
 
 log = logging.getLogger(__name__)
 
 SAMPLE_RATE = 8000
 DTMF_DIGITS = frozenset("0123456789*#ABCD")
+MAX_ID_CHARS = 128  # Twilio's SIDs have 34 characters, Telnyx's ids 36 to 80
+MAX_MARK_CHARS = 100
+MAX_PARAMETERS = 32
+MAX_PARAMETER_CHARS = 1000  # the greeting's and the prompt's own limits apply on top
 
 
 @dataclass(frozen=True)
@@ -93,7 +100,8 @@ class MediaStreamsProtocol:
     """Server side of one Media Stream: wire messages to session events and back.
 
     ``greeting`` is spoken when the stream starts unless the call's custom
-    parameters carry their own; ``dtmf_template`` turns a key press into text
+    parameters carry their own and ``allow_client_prompt`` lets them (their
+    ``system_prompt`` too); ``dtmf_template`` turns a key press into text
     input (``{digit}`` is replaced), and an empty template ignores key presses.
     """
 
@@ -103,10 +111,12 @@ class MediaStreamsProtocol:
         *,
         dtmf_template: str = "",
         greeting: str = "",
+        allow_client_prompt: bool = False,
     ) -> None:
         self.dialect = dialect
         self.dtmf_template = dtmf_template
         self.greeting = greeting
+        self.allow_client_prompt = allow_client_prompt
         self.stream_id: str | None = None
         self.call_id: str | None = None
         self._last_sequence = 0
@@ -122,20 +132,18 @@ class MediaStreamsProtocol:
 
     def receive_text(self, text: str) -> list[InputEvent]:
         try:
-            message = json.loads(text)
-        except (json.JSONDecodeError, RecursionError):
-            return [ProtocolError("invalid_json", "text message is not valid JSON")]
-        if not isinstance(message, dict):
-            return [ProtocolError("invalid_message", "a message must be a JSON object")]
+            message = decode_object(text)
+        except InvalidJSON as invalid:
+            return [ProtocolError(invalid.code, invalid.message)]
         event = message.get("event")
         if event == "connected":
             return []
         if event == "error":
             # Telnyx reports its own failures in-band.
-            return [ProtocolError("bridge_error", f"{self.dialect.name} reported: {message.get('payload')!r}")]
+            return [ProtocolError("bridge_error", f"{self.dialect.name} reported: {printable(message.get('payload'))}")]
         handler = _HANDLERS.get(event) if isinstance(event, str) else None
         if handler is None:
-            return [ProtocolError("unknown_event", f"unknown event {event!r}; ignored")]
+            return [ProtocolError("unknown_event", f"unknown event {printable(event)}; ignored")]
         sequence = _integer(message.get(self.dialect.sequence))
         if sequence is None:
             return [ProtocolError("invalid_message", f"{event} needs a numeric {self.dialect.sequence}; ignored")]
@@ -145,7 +153,10 @@ class MediaStreamsProtocol:
             stream_id = message.get(self.dialect.stream_id)
             if stream_id != self.stream_id:
                 return [
-                    ProtocolError("wrong_stream", f"{event} for stream {stream_id!r}, not {self.stream_id!r}; ignored")
+                    ProtocolError(
+                        "wrong_stream",
+                        f"{event} for stream {printable(stream_id)}, not {printable(self.stream_id)}; ignored",
+                    )
                 ]
         stale = sequence <= self._last_sequence
         self._last_sequence = max(self._last_sequence, sequence)
@@ -160,8 +171,8 @@ class MediaStreamsProtocol:
         if not isinstance(start, dict):
             return [ProtocolError("invalid_message", "start needs a start object")]
         stream_id = start.get(d.stream_id, message.get(d.stream_id))
-        if not isinstance(stream_id, str) or not stream_id:
-            return [ProtocolError("invalid_message", f"start needs a {d.stream_id}")]
+        if not _is_id(stream_id):
+            return [ProtocolError("invalid_message", f"start needs a {d.stream_id} of 1 to {MAX_ID_CHARS} characters")]
         if self.stream_id is not None:
             return [ProtocolError("invalid_message", "start was already received; ignored")]
         media_format = start.get(d.media_format, {})
@@ -170,34 +181,43 @@ class MediaStreamsProtocol:
             return [
                 ProtocolError(
                     "unsupported_media_format",
-                    f"only {encodings} at {SAMPLE_RATE} Hz mono is supported; got {media_format!r}",
+                    f"only {encodings} at {SAMPLE_RATE} Hz mono is supported; got {printable(media_format)}",
                 )
             ]
         errors: list[InputEvent] = []
         parameters = start.get(d.custom_parameters) or {}
-        if not isinstance(parameters, dict):
-            errors.append(ProtocolError("invalid_message", f"{d.custom_parameters} must be an object; ignored"))
+        if not _is_parameter_map(parameters):
+            errors.append(
+                ProtocolError(
+                    "invalid_message",
+                    f"{d.custom_parameters} must be an object of at most {MAX_PARAMETERS} strings "
+                    f"of at most {MAX_PARAMETER_CHARS} characters; ignored",
+                )
+            )
             parameters = {}
         self.stream_id = stream_id
         call_id = start.get(d.call_id)
-        self.call_id = call_id if isinstance(call_id, str) else None
+        self.call_id = call_id if _is_id(call_id) else None
+        prompt_options, refused = screen_prompt_options(parameters, self.allow_client_prompt)
+        errors.extend(refused)
         options: dict[str, Any] = {
             "stream_id": stream_id,
             "call_id": self.call_id,
             "custom_parameters": parameters,
+            "greeting": self.greeting,
+            **prompt_options,
         }
-        for name in ("system_prompt", "greeting"):
-            if isinstance(parameters.get(name), str):
-                options[name] = parameters[name]
-        options.setdefault("greeting", self.greeting)
-        log.info("%s stream %s started for call %s", d.name, stream_id, self.call_id)
+        log.info("%s stream %s started for call %s", d.name, printable(stream_id), printable(self.call_id))
         return [*errors, SessionStarted(SAMPLE_RATE, options)]
 
     def _on_media(self, message: dict[str, Any]) -> list[InputEvent]:
         media = message.get("media")
         if not isinstance(media, dict) or not isinstance(media.get("payload"), str):
             return [ProtocolError("invalid_message", "media needs a media.payload string")]
-        if media.get("track", "inbound") not in ("inbound", "inbound_track"):
+        track = media.get("track", "inbound")
+        if not isinstance(track, str):
+            return [ProtocolError("invalid_message", "media.track must be a string")]
+        if track not in ("inbound", "inbound_track"):
             return []  # a bridge streaming both tracks also echoes the agent's own audio
         try:
             data = base64.b64decode(media["payload"], validate=True)
@@ -209,21 +229,28 @@ class MediaStreamsProtocol:
 
     def _on_mark(self, message: dict[str, Any]) -> list[InputEvent]:
         mark = message.get("mark")
-        if not isinstance(mark, dict) or not isinstance(mark.get("name"), str):
-            return [ProtocolError("invalid_message", "mark needs a mark.name string")]
-        return [MarkPlayed(mark["name"])]
+        name = mark.get("name") if isinstance(mark, dict) else None
+        if not isinstance(name, str) or len(name) > MAX_MARK_CHARS:
+            return [
+                ProtocolError(
+                    "invalid_message", f"mark needs a mark.name string of at most {MAX_MARK_CHARS} characters"
+                )
+            ]
+        return [MarkPlayed(name)]
 
     def _on_dtmf(self, message: dict[str, Any]) -> list[InputEvent]:
         dtmf = message.get("dtmf")
         digit = dtmf.get("digit") if isinstance(dtmf, dict) else None
         if not isinstance(digit, str) or digit.upper() not in DTMF_DIGITS:
-            return [ProtocolError("invalid_message", f"dtmf needs a dtmf.digit, one of 0-9 * # A-D; got {digit!r}")]
+            return [
+                ProtocolError("invalid_message", f"dtmf needs a dtmf.digit, one of 0-9 * # A-D; got {printable(digit)}")
+            ]
         if not self.dtmf_template:
             return []
         return [TextReceived(self.dtmf_template.replace("{digit}", digit.upper()))]
 
     def _on_stop(self, message: dict[str, Any]) -> list[InputEvent]:
-        log.info("%s stream %s stopped", self.dialect.name, self.stream_id)
+        log.info("%s stream %s stopped", self.dialect.name, printable(self.stream_id))
         return [StreamStopped()]
 
     # Server to bridge.
@@ -238,12 +265,8 @@ class MediaStreamsProtocol:
             return self._message("mark", mark={"name": event.name})
         if isinstance(event, Clear):
             return self._message("clear")
-        if isinstance(event, Transcript):
-            if event.final:
-                log.debug("%s stream %s: %s: %s", self.dialect.name, self.stream_id, event.role, event.text)
-            return None
-        if isinstance(event, (Metrics, Error)):
-            return None  # no such message on a phone line; the session logs both
+        if isinstance(event, (Transcript, Metrics, Error)):
+            return None  # no such message on a phone line; the connection and the session log them
         return None  # an event this protocol has no message for (speech started, response ended...)
 
     def _message(self, event: str, **fields: Any) -> str:
@@ -320,8 +343,10 @@ def decode_media(message: dict[str, Any]) -> bytes:
 def _is_supported_format(media_format: Any, d: Dialect) -> bool:
     if not isinstance(media_format, dict):
         return False
+    encoding = media_format.get("encoding", next(iter(d.encodings)))
     return (
-        media_format.get("encoding", next(iter(d.encodings))) in d.encodings
+        isinstance(encoding, str)  # a list or an object is unhashable: `in` a frozenset would raise
+        and encoding in d.encodings
         and _integer(media_format.get(d.sample_rate, SAMPLE_RATE)) == SAMPLE_RATE
         and _integer(media_format.get("channels", 1)) == 1
     )
@@ -336,6 +361,21 @@ def _integer(value: Any) -> int | None:
     if isinstance(value, str) and value.isascii() and value.isdigit() and len(value) < 20:
         return int(value)
     return None
+
+
+def _is_id(value: Any) -> bool:
+    return isinstance(value, str) and 0 < len(value) <= MAX_ID_CHARS
+
+
+def _is_parameter_map(value: Any) -> bool:
+    return (
+        isinstance(value, dict)
+        and len(value) <= MAX_PARAMETERS
+        and all(
+            len(name) <= MAX_PARAMETER_CHARS and isinstance(v, str) and len(v) <= MAX_PARAMETER_CHARS
+            for name, v in value.items()
+        )
+    )
 
 
 def _json(**fields: Any) -> str:

@@ -1,0 +1,104 @@
+"""The listener: audio in, user turns out, asking a turn taker who has the floor."""
+
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+
+from tests.test_session import EnergyVAD, quiet, tone
+from voice_agent.config import Settings
+from voice_agent.listener import PREROLL_SAMPLES, Listener
+from voice_agent.protocols.events import Transcript
+from voice_agent.vad import WINDOW
+
+RATE = 16000
+
+
+class WordsSTT:
+    async def transcribe(self, audio):
+        await asyncio.sleep(0)
+        return "Hello there."
+
+    async def warm_up(self):
+        pass
+
+    async def close(self):
+        pass
+
+
+class Floor:
+    """A turn taker that records what it is asked."""
+
+    def __init__(self, unanswered=None):
+        self.calls: list[tuple] = []
+        self.unanswered = unanswered
+
+    def begin_turn(self, start):
+        self.calls.append(("begin", start))
+        return start, False
+
+    def user_speaks(self, turn):
+        pass
+
+    def user_pauses(self, turn, transcript, stt_ms):
+        self.calls.append(("pause", transcript))
+
+    def commit(self, turn):
+        self.calls.append(("commit", turn.id))
+        self.listener.turn = None
+
+    def unanswered_start(self):
+        return self.unanswered
+
+
+def listener(floor: Floor, **settings) -> tuple[Listener, list]:
+    events: list = []
+    defaults = dict(end_silence_complete_ms=200, end_silence_ms=200, stt_speculative_silence_ms=64)
+    made = Listener(Settings(**{**defaults, **settings}), EnergyVAD(), WordsSTT, events.append, floor)
+    floor.listener = made
+    return made, events
+
+
+async def feed(made: Listener, audio: np.ndarray) -> None:
+    for start in range(0, len(audio), 320):
+        made.feed(audio[start : start + 320])
+        await asyncio.sleep(0)
+
+
+async def test_speech_makes_a_turn_with_pre_roll_that_a_pause_commits():
+    floor = Floor()
+    made, events = listener(floor)
+    await feed(made, quiet(1.0))
+    await feed(made, tone(0.6))
+    [(kind, start)] = floor.calls
+    # Some audio from before the speech began (the VAD fires late), at most the pre-roll before it.
+    assert kind == "begin" and RATE - PREROLL_SAMPLES <= start < RATE - WINDOW
+    assert made.turn is not None and made.turn.start == start
+    await feed(made, quiet(0.4))
+    assert ("pause", "Hello there.") in floor.calls and floor.calls[-1] == ("commit", 1)
+    assert made.turn is None
+    partials = [e for e in events if isinstance(e, Transcript)]
+    assert partials and all(e.text == "Hello there." and not e.final for e in partials)  # every 500 ms of speech
+    await made.close()
+
+
+async def test_audio_is_kept_for_a_turn_that_may_merge_and_trimmed_otherwise():
+    floor = Floor(unanswered=RATE // 2)
+    made, _ = listener(floor, max_turn_s=1.0)
+    await feed(made, quiet(3.0))
+    assert made.timeline.start == RATE // 2  # the committed turn's audio, while nobody heard its answer
+    floor.unanswered = None
+    await feed(made, quiet(0.1))
+    assert made.timeline.start == made.timeline.received - PREROLL_SAMPLES  # only the pre-roll
+    await made.close()
+
+
+async def test_a_short_blip_is_not_a_turn():
+    floor = Floor()
+    made, _ = listener(floor, vad_min_speech_ms=96)
+    await feed(made, np.concatenate([quiet(0.5), tone(0.04), quiet(0.5)]))  # two 32 ms windows, under 96 ms
+    assert floor.calls == []
+    await feed(made, np.concatenate([tone(0.1), quiet(0.5)]))  # four windows: a turn
+    assert floor.calls[0][0] == "begin"
+    await made.close()

@@ -1,0 +1,59 @@
+"""Log lines: users' words only when the operator asks, and no line a client can forge."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from voice_agent import log as logs
+from voice_agent.printable import escape_controls, printable
+
+
+@pytest.fixture
+def restore_logging():
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    yield
+    root.handlers[:] = handlers
+    root.setLevel(level)
+    logs.configure_words(False)
+
+
+def test_users_words_are_logged_only_at_debug_unless_asked(capsys, restore_logging):
+    said = logging.getLogger("voice_agent.session")
+    logs.configure("info")
+    said.log(logs.words_level(), "the user said %r", "my card number")
+    assert "my card number" not in capsys.readouterr().err
+    logs.configure("debug")
+    said.log(logs.words_level(), "the user said %r", "my card number")
+    assert "my card number" in capsys.readouterr().err
+    logs.configure("info", transcripts=True)
+    said.log(logs.words_level(), "the user said %r", "my card number")
+    assert "my card number" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("fmt", ["text", "json"])
+def test_a_value_with_newlines_stays_on_its_line(capsys, restore_logging, fmt):
+    logs.configure("info", fmt)
+    logging.getLogger("voice_agent.server").warning("got %s", "x\n2026-01-01 ERROR forged\x1b[2J\u2028")
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "\x1b" not in err and "\u2028" not in err
+
+
+def test_a_traceback_keeps_its_lines(capsys, restore_logging):
+    logs.configure("info")
+    try:
+        raise ValueError("boom")
+    except ValueError:
+        logging.getLogger("voice_agent.server").exception("failed")
+    assert "Traceback (most recent call last):\n" in capsys.readouterr().err
+
+
+def test_printable_bounds_and_escapes_any_value():
+    assert printable("a\nb") == "'a\\nb'"
+    assert len(printable("x" * 10_000)) < 80
+    assert len(printable([[["deep"] * 100] * 100])) < 80
+    huge = int("9" * 4000)
+    assert printable(huge).startswith("999")
+    assert escape_controls("\x00\x7f\x9b\ud800") == "\\x00\\x7f\\x9b\\ud800"

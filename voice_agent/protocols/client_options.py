@@ -1,0 +1,52 @@
+"""Which session options a client may set, and how long they may be.
+
+A client that chooses the system prompt or the greeting chooses what the
+agent says, in the operator's voice and on the operator's bill, so both are
+off unless the operator allows them (``--allow-client-prompt``), and bounded
+even then. Shared by every codec that carries such options (the native
+``start``, telephony ``customParameters``).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from .events import ProtocolError
+
+MAX_SYSTEM_PROMPT_CHARS = 4000
+MAX_GREETING_CHARS = 500
+
+PROMPT_OPTIONS = {"system_prompt": MAX_SYSTEM_PROMPT_CHARS, "greeting": MAX_GREETING_CHARS}
+
+# Chat templates mark turns with special tokens written like this (ChatML's <|im_start|>, Llama 3's
+# <|start_header_id|>), and llama-cpp-python tokenizes the rendered prompt with special tokens on: a user
+# who types one could open a system turn of their own.
+_CHAT_MARKUP = re.compile(r"<\|[^<>|\s]{1,40}\|>")
+
+
+def screen_prompt_options(offered: Mapping[str, Any], allowed: bool) -> tuple[dict[str, str], list[ProtocolError]]:
+    """The prompt options in ``offered`` the session may use, and an error for each one refused."""
+    options: dict[str, str] = {}
+    errors: list[ProtocolError] = []
+    for name, limit in PROMPT_OPTIONS.items():
+        if name not in offered:
+            continue
+        value = offered[name]
+        if not isinstance(value, str):
+            errors.append(ProtocolError("invalid_message", f"{name} must be a string; ignored"))
+        elif not allowed:
+            errors.append(ProtocolError("option_not_allowed", f"this server does not let clients set {name}; ignored"))
+        elif len(value) > limit:
+            errors.append(ProtocolError("option_too_long", f"{name} is over {limit} characters; ignored"))
+        else:
+            options[name] = value
+    return options, errors
+
+
+def chat_markup_error(text: str) -> ProtocolError | None:
+    """An error if ``text``, bound for the LLM as the user's words, holds chat-template markup."""
+    if _CHAT_MARKUP.search(text):
+        return ProtocolError("invalid_text", "text holds chat-template markup such as <|im_start|>; ignored")
+    return None

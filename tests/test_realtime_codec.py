@@ -7,6 +7,8 @@ import json
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from voice_agent.audio import alaw_decode, alaw_encode, float_to_pcm16, mulaw_encode
 from voice_agent.protocols.events import (
@@ -41,7 +43,7 @@ from voice_agent.protocols.events import (
     UserTextAdded,
 )
 from voice_agent.protocols.native import NativeProtocol
-from voice_agent.protocols.realtime import RealtimeProtocol
+from voice_agent.protocols.realtime import _HANDLERS, RealtimeProtocol
 from voice_agent.protocols.telephony import MediaStreamsProtocol, TwilioCaller
 
 CONFIG = SessionConfig("Be brief.", "en_US-joe-medium", TurnDetection(), NO_TOKEN_LIMIT, 24000)
@@ -229,6 +231,10 @@ def errors_of(events) -> list[ProtocolError]:
         ),
         (
             '{"type": "session.update", "session": {"input_audio_format": "mp3"}, "event_id": "x"}',
+            "unsupported_audio_format",
+        ),
+        (
+            '{"type": "session.update", "session": {"audio": {"input": {"format": {"type": []}}}}, "event_id": "x"}',
             "unsupported_audio_format",
         ),
         (
@@ -491,3 +497,32 @@ def test_a_committed_turn_merged_into_the_next_is_deleted():
     send(codec, Transcript("user", "And so my fellow", True))
     (deleted,) = send(codec, TurnIgnored(2, merged=True))
     assert deleted["item_id"] == item_id
+
+
+# Field names and values of the protocol, so that random messages reach deep into the handlers.
+_names = st.sampled_from(
+    "session audio item response item_id audio_end_ms event_id input output format type rate voice "
+    "turn_detection threshold silence_duration_ms prefix_padding_ms eagerness create_response "
+    "interrupt_response instructions max_output_tokens output_modalities tools content text role id "
+    "input_audio_format conversation".split()
+)
+_words = st.sampled_from(
+    "realtime audio/pcm audio/pcmu pcm16 g711_ulaw server_vad semantic_vad high message user input_text inf".split()
+)
+_json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=20) | _words,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(_names | st.text(max_size=8), inner, max_size=5),
+    max_leaves=30,
+)
+_fields = _names
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    kind=st.sampled_from(sorted(_HANDLERS) + ["x"]),
+    fields=st.dictionaries(_fields | st.text(max_size=8), _json_values, max_size=5),
+)
+def test_no_client_event_raises(kind, fields):
+    codec = RealtimeProtocol(allow_client_prompt=True)
+    for event in codec.receive_text(json.dumps({**fields, "type": kind})):
+        assert not isinstance(event, Exception)

@@ -644,7 +644,7 @@ def _object(message: dict[str, Any], name: str, required: bool = True) -> dict[s
 def _audio_format(value: Any) -> AudioFormat:
     if isinstance(value, str) and value in _BETA_FORMATS:
         return _BETA_FORMATS[value]
-    if isinstance(value, dict) and value.get("type") in _FORMATS:
+    if isinstance(value, dict) and isinstance(value.get("type"), str) and value["type"] in _FORMATS:
         audio_format = _FORMATS[value["type"]]
         rate = value.get("rate", audio_format.rate)
         if rate == audio_format.rate and not isinstance(rate, bool):

@@ -526,3 +526,18 @@ def test_no_client_event_raises(kind, fields):
     codec = RealtimeProtocol(allow_client_prompt=True)
     for event in codec.receive_text(json.dumps({**fields, "type": kind})):
         assert not isinstance(event, Exception)
+
+
+def test_a_format_change_applies_from_the_next_answer():
+    codec = RealtimeProtocol()
+    send(codec, CONFIG)
+    send(codec, ResponseStarted(1))
+    receive(codec, type="session.update", session={"audio": {"output": {"format": {"type": "audio/pcmu"}}}})
+    (audio,) = send(codec, AgentAudio(np.zeros(480, np.float32)))
+    assert len(base64.b64decode(audio["delta"])) == 960  # still PCM16 at 24 kHz
+    send(codec, ResponseEnded(1, "completed"))
+    send(codec, ResponseStarted(2))
+    payload = b"".join(
+        base64.b64decode(m["delta"]) for _ in range(5) for m in send(codec, AgentAudio(np.zeros(480, np.float32)))
+    )
+    assert 400 < len(payload) <= 800  # 100 ms of μ-law at 8 kHz, less the resampling filter's delay (39 ms)

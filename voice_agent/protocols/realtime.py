@@ -130,6 +130,9 @@ class _Response:
     number: int
     id: str
     item_id: str
+    # Fixed when it starts: its audio comes at the session rate of then, whatever the client changes meanwhile.
+    format: AudioFormat
+    resampler: StreamResampler
     transcript: str = ""  # what the agent said so far, or the heard part once it was interrupted
 
 
@@ -167,8 +170,7 @@ class RealtimeProtocol:
         self.allow_client_prompt = allow_client_prompt
         self.input_format = PCM
         self.output_format = PCM
-        self.session_rate = PCM.rate
-        self._resampler = StreamResampler(self.session_rate, self.output_format.rate)
+        self.session_rate = PCM.rate  # the rate of the session's audio, both ways
         self._ids = itertools.count(1)
         self.session_id = self._id("sess")
         self._created = False
@@ -227,7 +229,7 @@ class RealtimeProtocol:
         given, value = field_of(audio_out, "format", "output_audio_format")
         if given:
             try:
-                self._set_output_format(_audio_format(value))
+                self.output_format = _audio_format(value)
             except _Invalid as invalid:
                 errors.append(ProtocolError(invalid.code, f"audio.output.format: {invalid.message}", event_id))
         update: dict[str, Any] = {}
@@ -270,11 +272,6 @@ class RealtimeProtocol:
         options, errors = screen_prompt_options({"system_prompt": value}, self.allow_client_prompt)
         errors = [ProtocolError(e.code, e.message.replace("system_prompt", "instructions"), event_id) for e in errors]
         return options.get("system_prompt"), errors
-
-    def _set_output_format(self, audio_format: AudioFormat) -> None:
-        if audio_format is not self.output_format:
-            self.output_format = audio_format
-            self._resampler = StreamResampler(self.session_rate, audio_format.rate)
 
     def _on_append(self, message: dict[str, Any], event_id: str) -> list[InputEvent]:
         audio = message.get("audio")
@@ -374,10 +371,12 @@ class RealtimeProtocol:
 
     def _render_audio(self, event: AgentAudio) -> list[str]:
         response = self._conversation.response
-        samples = self._resampler.process(event.samples)
-        if response is None or not len(samples):
+        if response is None:
             return []
-        delta = base64.b64encode(self.output_format.encode(samples)).decode("ascii")
+        samples = response.resampler.process(event.samples)
+        if not len(samples):
+            return []
+        delta = base64.b64encode(response.format.encode(samples)).decode("ascii")
         return [self._event("response.output_audio.delta", **self._part(response), delta=delta)]
 
     def _render_transcript(self, event: Transcript) -> list[str]:
@@ -495,7 +494,13 @@ class RealtimeProtocol:
 
     def _render_response_started(self, event: ResponseStarted) -> list[str]:
         c = self._conversation
-        response = _Response(event.response, self._id("resp"), self._id("item"))
+        response = _Response(
+            event.response,
+            self._id("resp"),
+            self._id("item"),
+            self.output_format,
+            StreamResampler(self.session_rate, self.output_format.rate),
+        )
         c.response = response
         c.responses[response.item_id] = response.number
         while len(c.responses) > REMEMBERED_RESPONSES:
@@ -547,7 +552,6 @@ class RealtimeProtocol:
 
     def _render_config(self, event: SessionConfig) -> list[str]:
         self.session_rate = event.sample_rate
-        self._resampler = StreamResampler(self.session_rate, self.output_format.rate)
         kind = "session.updated" if self._created else "session.created"
         self._created = True
         return [self._event(kind, session=self._session_object(event))]
@@ -607,7 +611,7 @@ class RealtimeProtocol:
             "output": output,
             "conversation_id": "conv_" + self.session_id.removeprefix("sess_"),
             "output_modalities": ["audio"],
-            "audio": {"output": {"format": self.output_format.describe()}},
+            "audio": {"output": {"format": response.format.describe()}},
             "usage": None,
         }
 

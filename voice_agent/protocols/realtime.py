@@ -78,8 +78,8 @@ METRICS_TYPE = "voice_agent.metrics"
 MAX_TEXT_CHARS = 2000
 MAX_TOKENS = 4096  # the Realtime API's own bound on max_output_tokens
 EAGERNESS = ("low", "medium", "high", "auto")
-# Items whose ids a later truncate may name: more than any client keeps unplayed.
-REMEMBERED_RESPONSES = 64
+# Items whose ids a later event may name (truncate, a merged turn): more than any client keeps unplayed.
+REMEMBERED_ITEMS = 64
 
 
 @dataclass(frozen=True)
@@ -118,11 +118,10 @@ _BETA_FORMATS = {"pcm16": PCM, "g711_ulaw": PCMU, "g711_alaw": PCMA}
 class _Invalid(Exception):
     """A client event that cannot be used: becomes an ``error`` event."""
 
-    def __init__(self, code: str, message: str, param: str = ""):
+    def __init__(self, code: str, message: str):
         super().__init__(message)
         self.code = code
         self.message = message
-        self.param = param
 
 
 @dataclass
@@ -443,7 +442,7 @@ class RealtimeProtocol:
         item.audio_end_ms = event.audio_end_ms
         c.committed.append(item)
         c.user_items[item.turn] = item.id
-        while len(c.user_items) > REMEMBERED_RESPONSES:
+        while len(c.user_items) > REMEMBERED_ITEMS:
             c.user_items.popitem(last=False)
         previous, c.last_item = c.last_item, item.id
         user_item = {
@@ -503,7 +502,7 @@ class RealtimeProtocol:
         )
         c.response = response
         c.responses[response.item_id] = response.number
-        while len(c.responses) > REMEMBERED_RESPONSES:
+        while len(c.responses) > REMEMBERED_ITEMS:
             c.responses.popitem(last=False)
         previous, c.last_item = c.last_item, response.item_id
         item = self._assistant_item(response, "in_progress", content=[])

@@ -45,6 +45,7 @@ from voice_agent.protocols.events import (
 from voice_agent.protocols.native import NativeProtocol
 from voice_agent.protocols.realtime import _HANDLERS, RealtimeProtocol
 from voice_agent.protocols.telephony import MediaStreamsProtocol, TwilioCaller
+from voice_agent.replay.transport import RealtimeClientCodec
 
 CONFIG = SessionConfig("Be brief.", "en_US-joe-medium", TurnDetection(), NO_TOKEN_LIMIT, 24000)
 
@@ -541,3 +542,44 @@ def test_a_format_change_applies_from_the_next_answer():
         base64.b64decode(m["delta"]) for _ in range(5) for m in send(codec, AgentAudio(np.zeros(480, np.float32)))
     )
     assert 400 < len(payload) <= 800  # 100 ms of μ-law at 8 kHz, less the resampling filter's delay (39 ms)
+
+
+def test_the_replay_clients_realtime_codec_reads_what_the_server_codec_writes():
+    server, client = RealtimeProtocol(metrics=True), RealtimeClientCodec()
+    assert client.start(24000) == []
+    (append,) = client.audio(np.full(480, 0.25, np.float32))
+    (audio,) = server.receive_text(append)
+    assert np.allclose(audio.samples, 0.25)
+    events = []
+    for event in (
+        CONFIG,
+        SpeechStarted(1, 0),
+        Transcript("user", "Hello", False),
+        TurnCommitted(1, 900),
+        Transcript("user", "Hello there.", True),
+        ResponseStarted(1),
+        Transcript("agent", "Hi", False),
+        AgentAudio(np.full(480, 0.5, np.float32)),
+        Metrics({"turn": 1, "voice_to_voice_ms": 300.0}),
+        Transcript("agent", "Hi there.", False),
+        SpeechStarted(2, 2000),
+        Transcript("agent", "Hi", True),
+        ResponseEnded(1, "cancelled", "turn_detected"),
+    ):
+        for message in server.send(event) or []:
+            events += client.receive(message)
+    kinds = [(type(e).__name__, getattr(e, "text", None)) for e in events if not isinstance(e, AgentAudio)]
+    assert kinds == [
+        ("Transcript", "Hello"),
+        ("Transcript", "Hello there."),
+        ("Transcript", "Hi"),
+        ("Metrics", None),
+        ("Transcript", "Hi there."),
+        ("Transcript", "Hi"),
+        ("Clear", None),
+    ]
+    (agent_audio,) = [e for e in events if isinstance(e, AgentAudio)]
+    assert np.allclose(agent_audio.samples, 0.5)
+    assert [e for e in events if isinstance(e, Metrics)][0].values == {"turn": 1, "voice_to_voice_ms": 300.0}
+    (update,) = RealtimeClientCodec().start(8000)
+    assert json.loads(update)["session"]["audio"]["input"]["format"] == {"type": "audio/pcmu"}

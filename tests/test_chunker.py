@@ -1,4 +1,5 @@
 from voice_agent.chunker import MAX_CHUNK_CHARS, SentenceChunker
+from voice_agent.speakable import speakable
 
 
 def chunk_stream(text: str, step: int = 3, first_words: int = 3) -> list[str]:
@@ -164,3 +165,10 @@ def test_a_list_number_does_not_end_a_sentence():
         "It costs 3.",
         "Bye.",
     ]
+
+
+def test_a_rewrite_runs_before_counting_and_chunks_left_without_words_are_dropped():
+    chunker = SentenceChunker(2, max_sentences=2, rewrite=speakable)
+    text = "```python\ndef sort_list(lst):\n    return sorted(lst)\n```\n**That** sorts it. Bye now. More."
+    chunks = [chunk for start in range(0, len(text), 4) for chunk in chunker.push(text[start : start + 4])]
+    assert chunks + chunker.flush() == ["That sorts it.", "Bye now."]

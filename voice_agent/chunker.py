@@ -11,11 +11,22 @@ without punctuation: before "for" in "I'm sorry for any confusion," or before
 "on" in "I'm not available on Sundays." Piper's time for the first chunk and
 the tokens the LLM must write before it both grow with its words, and the
 first chunk is the one the user waits for; the rest is synthesized while it plays.
+
+Text without punctuation is still cut into chunks of at most
+``MAX_CHUNK_CHARS``: at its last clause boundary, else before a word that
+begins a phrase, else between two words. With ``max_sentences``, the chunker
+ends the answer after that many sentences (a line, or a chunk cut for length,
+counts as one), so a model that ignores "answer in one or two sentences"
+still stops at a sentence boundary; :attr:`SentenceChunker.done` tells the
+reply to stop generating. With ``rewrite`` (the reply passes ``speakable``),
+each chunk is rewritten before it is counted, and one left without words is
+dropped: a code fence or a table rule is not one of the answer's sentences.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
 SENTENCE_END = ".!?…"
 CLAUSE_END = ",;:—"
@@ -59,10 +70,17 @@ def word_tokens(text: str) -> list[str]:
 class SentenceChunker:
     """Feed text deltas with :meth:`push`; call :meth:`flush` at the end of the stream."""
 
-    def __init__(self, first_chunk_min_words: int = 2, phrase_breaks: bool = False, max_sentences: int = 0):
+    def __init__(
+        self,
+        first_chunk_min_words: int = 2,
+        phrase_breaks: bool = False,
+        max_sentences: int = 0,
+        rewrite: Callable[[str], str] | None = None,
+    ):
         self.first_chunk_min_words = first_chunk_min_words
         self.phrase_breaks = phrase_breaks
         self.max_sentences = max_sentences  # 0: no limit
+        self.rewrite = rewrite
         self._buffer = ""
         self._emitted = 0
         self._sentences = 0
@@ -90,6 +108,8 @@ class SentenceChunker:
 
     def _add(self, chunks: list[str], chunk: str, ends_sentence: bool) -> None:
         chunk = " ".join(chunk.split())
+        if self.rewrite is not None:
+            chunk = self.rewrite(chunk)
         if _WORD.search(chunk):
             chunks.append(chunk)
             self._emitted += 1

@@ -99,7 +99,7 @@ class Reply:
         self._emit = emit
         self._on_first_audio = on_first_audio
         self._clock = clock
-        self._chunker = SentenceChunker(first_chunk_min_words, phrase_breaks, max_sentences)
+        self._chunker = SentenceChunker(first_chunk_min_words, phrase_breaks, max_sentences, rewrite=speakable)
         self._loop_guard = LoopGuard()
         self._audio_ahead_frames = max(1, round(audio_ahead_s * 1000 / FRAME_MS))
         self.turn = turn
@@ -166,16 +166,13 @@ class Reply:
         chunks.put_nowait(None)
 
     def _put_chunk(self, chunks: asyncio.Queue, text: str, said: set[str]) -> bool:
-        """Queue the speakable form of ``text`` for synthesis; False if the answer already said it.
+        """Queue ``text`` (speakable already) for synthesis; False if the answer already said it.
 
         Small models fall into loops ("I'm not. I'm not. I'm not. ..."): an
         answer ends at its first repeated chunk instead of talking for a minute
         and filling the history, and so every later prompt, with the loop.
         """
-        text = speakable(text)
         key = " ".join(word_tokens(text.lower()))
-        if not key:
-            return True  # nothing to say in it ("**", an emoji)
         if key in said:
             return False
         said.add(key)

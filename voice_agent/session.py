@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import enum
 import itertools
 import logging
@@ -29,15 +28,12 @@ from .barge_in import BargeIn, BargeInPolicy
 from .config import Settings
 from .conversation import Conversation
 from .engines import Engines
-from .listener import PREROLL_SAMPLES, Listener
+from .listener import Listener
 from .llm.base import LLMBackend, Message
 from .llm.limited import TokenLimited
 from .llm.scripted import ScriptedLLM
 from .protocols.events import (
-    MANUAL,
     NO_TOKEN_LIMIT,
-    SEMANTIC_VAD,
-    SERVER_VAD,
     AudioReceived,
     Clear,
     Error,
@@ -70,14 +66,12 @@ from .protocols.events import (
 )
 from .reply import Reply
 from .turn import has_words
+from .turn_detection import turn_taking
 from .user_turn import TurnMetrics, UserTurn
 
 log = logging.getLogger(__name__)
 
 APOLOGY = "Sorry, something went wrong on my side. Could you say that again?"
-# semantic_vad's eagerness scales the transcript-aware silences: with the
-# defaults "high" answers 210 ms after a complete sentence, "low" after 700 ms.
-EAGERNESS_SCALE = {"high": 0.6, "medium": 1.0, "auto": 1.0, "low": 2.0}
 REMEMBERED_ANSWERS = 64  # answers a client may still truncate
 
 
@@ -141,7 +135,7 @@ class Session:
         # it changes a copy of the server's settings, so other sessions never see it.
         self._server_settings = settings
         self.voice = Path(getattr(engines.tts, "voice_path", "")).name.removesuffix(".onnx")
-        self.turn_detection = TurnDetection()
+        self.turn_detection = turn_taking(settings, TurnDetection()).in_effect
         self._max_output_tokens = NO_TOKEN_LIMIT
         self._inputs: list[asyncio.Future[str]] = []  # user input not answered yet: text, committed turns
         self._answer_numbers = itertools.count(1)
@@ -499,41 +493,10 @@ class Session:
         )
 
     def _set_turn_detection(self, detection: TurnDetection) -> None:
-        """Map a client's turn detection onto this session's VAD threshold, silences and pre-roll."""
-        base = self._server_settings
-        complete, default, incomplete = (
-            base.end_silence_complete_ms,
-            base.end_silence_ms,
-            base.end_silence_incomplete_ms,
-        )
-        if detection.mode == SEMANTIC_VAD:
-            scale = EAGERNESS_SCALE[detection.eagerness]
-            complete, default, incomplete = (round(ms * scale) for ms in (complete, default, incomplete))
-        elif detection.silence_ms is not None:
-            # The client's silence ends a turn whose words give no hint; a complete
-            # sentence never waits longer, a trailing "and" never shorter.
-            default = detection.silence_ms
-            complete, incomplete = min(complete, default), max(incomplete, default)
-        threshold = base.vad_threshold if detection.threshold is None else detection.threshold
-        self.settings = dataclasses.replace(
-            base,
-            vad_threshold=threshold,
-            end_silence_complete_ms=complete,
-            end_silence_ms=default,
-            end_silence_incomplete_ms=incomplete,
-            # An answer prepared in the pause is wasted when the client decides when to answer.
-            preemptive_generation=base.preemptive_generation and detection.create_response,
-        )
-        preroll = PREROLL_SAMPLES
-        if detection.prefix_padding_ms is not None:
-            preroll = detection.prefix_padding_ms * PIPELINE_RATE // 1000
-        self.listener.configure(self.settings, preroll, manual=detection.mode == MANUAL)
-        self.turn_detection = dataclasses.replace(
-            detection,
-            silence_ms=default if detection.mode == SERVER_VAD else None,
-            prefix_padding_ms=preroll * 1000 // PIPELINE_RATE,
-            threshold=threshold,
-        )
+        taking = turn_taking(self._server_settings, detection)
+        self.settings = taking.settings
+        self.listener.configure(taking.settings, taking.preroll_samples, taking.manual)
+        self.turn_detection = taking.in_effect
 
     def _on_commit_request(self, event: InputCommit) -> None:
         if not self.listener.manual:

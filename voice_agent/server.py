@@ -80,7 +80,8 @@ class Runtime:
                 self.on_load_failure()
             return
         self.ready.set()
-        log.info("ready: ws://%s:%d/ws", self.settings.host, self.settings.port)
+        address = f"{self.settings.host}:{self.settings.port}"
+        log.info("ready: ws://%s/ws, OpenAI Realtime clients at base_url http://%s/v1", address, address)
 
     @property
     def telephony_streams_open(self) -> bool:

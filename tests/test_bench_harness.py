@@ -162,8 +162,18 @@ def _endpoint_point(rate: float | None, elsewhere: int = 0) -> dict:
         "voice_to_voice_ms": None,
         "endpoint_ms": None,
         "transcript": "I want to go to Boston.",
+        "tags": ["group:words"],
+        "overlap_ms": 240.0,
     }
-    return {"name": "server defaults", "failure": None, "summary": summary, "turns": [turn]}
+    group = {
+        **summary,
+        "turns": 4,
+        "heard_in_pause": 1,
+        "heard_in_pause_rate": 0.25,
+        "overlap_ms": distribution([240.0]),
+        "overlap_ms_total": 240.0,
+    }
+    return {"name": "server defaults", "failure": None, "summary": summary, "groups": {"words": group}, "turns": [turn]}
 
 
 def test_endpointing_threshold_and_table():
@@ -176,6 +186,12 @@ def test_endpointing_threshold_and_table():
     assert "| server defaults | 1/4 (25%) | 0 | 0 | 400 ms |" in report
     assert "| server defaults | 1/2 |" in report  # cut-offs by tag
     assert "620 ms into a 800 ms pause: 'I want to go to.'" in report
+    assert "| server defaults | words | 4 | 4 | 1/4 (25%) | 1/4 | 240 ms | 240 ms | 400 ms | 900 ms |" in report
+    assert "| words | go_to_boston | 800 |" in report and "| 240 ms |" in report
+    assert endpointing.check(result, None, 0.1) == [
+        "words: the agent's voice reached the user in a mid-turn pause in 1/4 paused turns (25% > 10%)"
+    ]
+    assert endpointing.check(result, None, 0.25) == []
 
 
 def _probe_summary(cleared_noise: int, stop_p95: float | None) -> dict:
@@ -208,6 +224,24 @@ def test_bargein_thresholds_and_table():
     report = bargein.markdown(result)
     assert "| noise | 3 | 1 | 0 | 0 | 2 | 0 | – |" in report
     assert "False barge-ins (a noise or an acknowledgement made the agent give up its answer): 1." in report
+    assert "Echo rig" not in report  # a result without the echo section
+
+
+def test_bargein_echo_section_and_threshold():
+    echo = {"on": True, "seed": 3, "clears": 1, "pauses": 0, "stopped": 0, "turns": 1, "stops": 2, "runs": []}
+    echo |= {"script_turns": 4, "user_turns": 6, "voice_stretch_ms": distribution([400.0, 500.0])}
+    echo["runs"] = [{"repeat": 0, "paths": [{"at_s": 1.0, "gain_db": -12.0, "delay_ms": 80.0, "seed": 5}]}]
+    assert bargein.check_echo(echo, 0) == [
+        "2 stop(s) outside the user's own sound > 0 (1 clear(s), 0 pause(s), 0 stopped, 1 user turn(s))"
+    ]
+    assert bargein.check_echo(echo, 2) == [] and bargein.check_echo(echo, None) == []
+    result = {**MACHINE_HEAD, "load_average_after": None, "summary": {}, "probes": [], "echo": echo}
+    assert (
+        "Echo rig on (seed 3): 1 answers came back at -12 to -12 dB, 80 to 80 ms late. Stops for the agent's own "
+        "voice: 2 (1 clear(s), 0 pause(s) of its voice, 0 answer(s) stopped without a clear, 1 user turn(s) it "
+        "heard in its own voice). It took 6 user turns for the script's 4; its voice played in stretches of 450 ms "
+        "(median of 2)."
+    ) in bargein.markdown(result)
 
 
 def _level(sessions: int, p50: float | None, failed: int = 0) -> dict:
@@ -253,3 +287,15 @@ def test_load_bars():
     ]
     report = load.markdown({**MACHINE_HEAD, **ok, "flood": flood})
     assert "none of the levels run" in report and "beside a client sending 0 malformed messages (+30 %" in report
+
+
+def test_endpointing_groups_from_the_command_line(tmp_path):
+    default = harness.default_script("endpoint_turns")
+    script = endpointing._script(argparse.Namespace(script=default, group="words, real", limit=1))
+    assert [t.tags[-1] for t in script.turns] == ["group:words", "group:real"]
+    with pytest.raises(ScriptError, match="choose from synthetic, words, real"):
+        endpointing._script(argparse.Namespace(script=default, group="real,bogus", limit=None))
+    own = tmp_path / "own.yaml"
+    own.write_text(f"turns:\n  - file: {harness.TURNS / 'endpoint_turns' / 'yes.flac'}\n")
+    [turn] = endpointing._script(argparse.Namespace(script=str(own), group="real", limit=None)).turns
+    assert turn.tags == ("group:script",)

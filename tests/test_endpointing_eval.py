@@ -8,7 +8,7 @@ import soundfile
 
 from voice_agent.replay.bargein import probe_outcome
 from voice_agent.replay.bargein import summarise as summarise_probes
-from voice_agent.replay.endpointing import cut_off, measure_turn, pauses, summarise
+from voice_agent.replay.endpointing import cut_off, measure_turn, summarise
 from voice_agent.replay.measure import AudioIn, MessageIn
 from voice_agent.replay.script import ScriptError, load_script
 
@@ -26,18 +26,6 @@ def gap(seconds: float) -> np.ndarray:
 
 def user_final(at: float, text: str = "I want to go to.") -> MessageIn:
     return MessageIn(at, "transcript", {"role": "user", "text": text, "final": True})
-
-
-def test_pauses_are_the_gaps_inside_the_speech_from_300_ms():
-    audio = np.concatenate([gap(0.4), tone(0.6), gap(0.8), tone(0.5), gap(0.2), tone(0.4), gap(1.0)])
-    found = pauses(audio, RATE)
-    assert len(found) == 1  # the 200 ms gap is a break between words; the silence around the speech is not a pause
-    start, end = found[0]
-    assert abs(start / RATE - 1.0) <= 0.01 and abs(end / RATE - 1.8) <= 0.01
-
-
-def test_no_pause_in_a_whole_turn():
-    assert pauses(np.concatenate([gap(0.3), tone(0.8), gap(0.5)]), RATE) == []
 
 
 def test_cut_off_by_agent_audio_in_the_pause():

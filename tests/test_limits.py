@@ -137,6 +137,10 @@ def test_sessions_from_one_address_are_limited_beside_the_global_maximum():
     for slot in [a2, *others]:
         slot.release()
     assert registry.active == 1
+    calls = [registry.open(None) for _ in range(4)]  # phone calls: no address limit, only the maximum
+    with pytest.raises(Refused) as refused:
+        registry.open(None)
+    assert refused.value.kind == "full" and len(calls) == 4
 
 
 class FakeSession:

@@ -57,3 +57,20 @@ def test_printable_bounds_and_escapes_any_value():
     huge = int("9" * 4000)
     assert printable(huge).startswith("999")
     assert escape_controls("\x00\x7f\x9b\ud800") == "\\x00\\x7f\\x9b\\ud800"
+
+
+def test_lines_outside_sessions_are_limited_too():
+    """A flood of handshakes refused for the token logs outside any session: it must not fill the disk."""
+    now = [0.0]
+    limit = logs.SessionRateLimit(clock=lambda: now[0], outside_rate=1.0, outside_burst=2)
+
+    def passes(message: str, level: int = logging.WARNING) -> str | None:
+        """The line as written, or None if it was dropped."""
+        record = logging.LogRecord("voice_agent.server", level, __file__, 1, message, None, None)
+        record.session = logs.NO_SESSION
+        return record.getMessage() if limit.filter(record) else None
+
+    assert [passes(f"refused {i}") is not None for i in range(5)] == [True, True, False, False, False]
+    assert passes("a failure", logging.ERROR) == "a failure"
+    now[0] += 1.0
+    assert passes("later") == "later (3 earlier line(s) outside sessions dropped: too many)"

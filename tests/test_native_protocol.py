@@ -123,6 +123,12 @@ def test_text_cannot_carry_chat_template_turns():
     assert codes(NativeProtocol().receive_text(json.dumps({"type": "text", "text": injection}))) == ["invalid_text"]
     assert codes(NativeProtocol().receive_text(json.dumps({"type": "text", "text": "<|eot_id|>"}))) == ["invalid_text"]
     assert NativeProtocol().receive_text('{"type": "text", "text": "a | b <c> d"}') == [TextReceived("a | b <c> d")]
+    assert codes(NativeProtocol().receive_text(json.dumps({"type": "text", "text": "hi\x00\x1b[2J"}))) == [
+        "invalid_text"
+    ]
+    assert NativeProtocol().receive_text('{"type": "text", "text": "two\\nlines\\tok"}') == [
+        TextReceived("two\nlines\tok")
+    ]
 
 
 def test_start_after_any_input_is_refused():

@@ -40,6 +40,7 @@ RUN_KEYS = {
     "turns",
     "agent_speech_s",
     "dry_spells_ms",
+    "echo_paths",
     "timeline",
 }
 TURN_KEYS = {

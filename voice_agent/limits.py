@@ -109,7 +109,7 @@ class Refused(Exception):
 class Slot:
     """One admitted session, as the registry sees it."""
 
-    def __init__(self, registry: SessionRegistry | None = None, address: str = ""):
+    def __init__(self, registry: SessionRegistry | None = None, address: str | None = None):
         self._registry = registry
         self.address = address
         self.answering: Callable[[], bool] = lambda: False  # set by the connection once its session exists
@@ -139,6 +139,7 @@ class SessionRegistry:
 
     At most ``maximum`` sessions in all and ``per_address`` from one client
     address (0 is no limit for either), so one client cannot take every slot.
+    A session opened without an address counts only towards ``maximum``.
     """
 
     def __init__(self, maximum: int, per_address: int = 0, clock: Clock = time.monotonic):
@@ -147,19 +148,19 @@ class SessionRegistry:
         self.draining = False
         self._clock = clock
         self._slots: set[Slot] = set()
-        self._by_address: dict[str, int] = {}
+        self._by_address: dict[str | None, int] = {}
 
     @property
     def active(self) -> int:
         return len(self._slots)
 
-    def open(self, address: str = "") -> Slot:
+    def open(self, address: str | None = None) -> Slot:
         """Admit a session from ``address``, or raise :class:`Refused` with the reason to close it with."""
         if self.draining:
             raise Refused("shutting_down", "server is shutting down")
         if self.maximum > 0 and len(self._slots) >= self.maximum:
             raise Refused("full", "server is full")
-        if self.per_address > 0 and self._by_address.get(address, 0) >= self.per_address:
+        if address is not None and self.per_address > 0 and self._by_address.get(address, 0) >= self.per_address:
             raise Refused("address_full", "too many sessions from this address")
         slot = Slot(self, address)
         self._slots.add(slot)

@@ -51,6 +51,10 @@ _SECRET_PATTERNS = (
 
 SESSION_LINES_PER_S = 5.0
 SESSION_LINES_BURST = 50
+# Lines outside any session (start-up, handshakes refused for a token or an origin) share one bucket:
+# a flood of handshakes without the token must not fill the disk either.
+OUTSIDE_LINES_PER_S = 20.0
+OUTSIDE_LINES_BURST = 200
 TRACKED_SESSIONS = 10_000  # the least recently logging ones are forgotten
 
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s [%(session)s] %(message)s"
@@ -96,28 +100,50 @@ class SessionFilter(logging.Filter):
 
 
 class SessionRateLimit(logging.Filter):
-    """Drops a session's lines below ERROR past a rate; the next line through counts what was dropped."""
+    """Drops a session's lines below ERROR past a rate; the next line through counts what was dropped.
 
-    def __init__(self, rate: float = SESSION_LINES_PER_S, burst: float = SESSION_LINES_BURST, clock=time.monotonic):
+    Lines outside any session are limited together, at ``outside_rate``.
+    """
+
+    def __init__(
+        self,
+        rate: float = SESSION_LINES_PER_S,
+        burst: float = SESSION_LINES_BURST,
+        clock=time.monotonic,
+        outside_rate: float = OUTSIDE_LINES_PER_S,
+        outside_burst: float = OUTSIDE_LINES_BURST,
+    ):
         super().__init__()
         self._rate, self._burst, self._clock = rate, burst, clock
         self._sessions: OrderedDict[str, tuple[RateLimit, int]] = OrderedDict()
+        self._outside = RateLimit(outside_rate, outside_burst, clock)
+        self._outside_dropped = 0
 
     def filter(self, record: logging.LogRecord) -> bool:
-        session = getattr(record, "session", NO_SESSION)
-        if session == NO_SESSION or record.levelno >= logging.ERROR:
+        if record.levelno >= logging.ERROR:
             return True
+        session = getattr(record, "session", NO_SESSION)
+        if session == NO_SESSION:
+            allowed = self._outside.take(1)
+            self._outside_dropped = self._count(record, allowed, self._outside_dropped, "outside sessions")
+            return allowed
         known = self._sessions.pop(session) if session in self._sessions else None
         limit, dropped = known or (RateLimit(self._rate, self._burst, self._clock), 0)
         allowed = limit.take(1)
-        if allowed and dropped:
-            record.msg = f"{record.getMessage()} ({dropped} earlier line(s) of this session dropped: too many)"
-            record.args = None
-            dropped = 0
-        self._sessions[session] = (limit, dropped if allowed else dropped + 1)
+        self._sessions[session] = (limit, self._count(record, allowed, dropped, "of this session"))
         if len(self._sessions) > TRACKED_SESSIONS:
             self._sessions.popitem(last=False)
         return allowed
+
+    @staticmethod
+    def _count(record: logging.LogRecord, allowed: bool, dropped: int, whose: str) -> int:
+        """The lines dropped so far after this one; a line let through reports the gap before it."""
+        if not allowed:
+            return dropped + 1
+        if dropped:
+            record.msg = f"{record.getMessage()} ({dropped} earlier line(s) {whose} dropped: too many)"
+            record.args = None
+        return 0
 
 
 class TextFormatter(logging.Formatter):

@@ -132,13 +132,21 @@ def create_app(settings: Settings, engines: Engines | None = None) -> Starlette:
         await websocket.send_denial_response(response)
         return False
 
-    async def serve(websocket: WebSocket, codec: Codec, opening: Sequence[InputEvent] = ()) -> None:
-        """Run a session on an accepted WebSocket, if the server can take one now."""
+    async def serve(
+        websocket: WebSocket, codec: Codec, per_address: bool = True, opening: Sequence[InputEvent] = ()
+    ) -> None:
+        """Run a session on an accepted WebSocket, if the server can take one now.
+
+        ``per_address``: count it towards the client address's limit. Phone calls do not: every call
+        of a carrier may come from the same few addresses, and the stream token already vouches for them.
+        ``opening``: what the codec tells the session before the client says anything.
+        """
         engines = runtime.engines
         try:
             if not runtime.ready.is_set() or engines is None:
                 raise Refused("loading", "models are still loading")
-            slot = runtime.sessions.open(websocket.client.host if websocket.client else "")
+            address = (websocket.client.host if websocket.client else "") if per_address else None
+            slot = runtime.sessions.open(address)
         except Refused as refused:
             runtime.metrics.refused.labels(refused.kind).inc()
             log.warning("refused a session from %s: %s", websocket.client, refused)
@@ -148,17 +156,17 @@ def create_app(settings: Settings, engines: Engines | None = None) -> Starlette:
             await run_session(websocket, codec, engines, settings, slot, runtime.metrics, opening)
 
     async def native(websocket: WebSocket) -> None:
-        logs.start_session()
         if not await allowed(websocket, check_token=True):
             return
+        logs.start_session()  # after the handshake checks: refused ones log outside sessions, rate-limited
         await websocket.accept()
         await serve(websocket, NativeProtocol(allow_client_prompt=settings.allow_client_prompt))
 
     async def realtime(websocket: WebSocket) -> None:
         """The OpenAI Realtime protocol; ``?model=`` is reported back whatever it names, ``?metrics=1`` adds ours."""
-        logs.start_session()
         if not await allowed(websocket, check_token=True):
             return
+        logs.start_session()  # after the handshake checks, as for /ws
         await websocket.accept()
         query = websocket.query_params
         codec = RealtimeProtocol(
@@ -166,10 +174,9 @@ def create_app(settings: Settings, engines: Engines | None = None) -> Starlette:
             metrics=query.get("metrics") in ("1", "true"),
             allow_client_prompt=settings.allow_client_prompt,
         )
-        await serve(websocket, codec, codec.opening())
+        await serve(websocket, codec, opening=codec.opening())
 
     async def telephony(websocket: WebSocket, dialect: Dialect) -> None:
-        logs.start_session()
         # Phone networks cannot send our token: their streams carry telephony_token in the path instead.
         if not await allowed(websocket, check_token=False):
             return
@@ -181,6 +188,7 @@ def create_app(settings: Settings, engines: Engines | None = None) -> Starlette:
             log.warning("refused a %s stream with a missing or wrong token from %s", dialect.name, websocket.client)
             await websocket.send_denial_response(PlainTextResponse("missing or wrong token", status_code=403))
             return
+        logs.start_session()
         await websocket.accept()
         codec = MediaStreamsProtocol(
             dialect,
@@ -188,7 +196,7 @@ def create_app(settings: Settings, engines: Engines | None = None) -> Starlette:
             greeting=settings.telephony_greeting,
             allow_client_prompt=settings.allow_client_prompt,
         )
-        await serve(websocket, codec)
+        await serve(websocket, codec, per_address=False)
 
     async def twilio_stream(websocket: WebSocket) -> None:
         await telephony(websocket, TWILIO)

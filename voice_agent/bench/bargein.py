@@ -9,6 +9,13 @@ which must not stop it. Reports per kind of probe what the agent did and,
 for interruptions, the stop time: from the start of the interrupting speech
 to when a client playing the agent's audio fell silent.
 
+With --echo, the echo rig (``replay/echo.py``) plays the agent's own output
+back into its input, -10 to -25 dB down, 50 to 250 ms late, through a short
+room response, mixed with what the user sends: the report then counts what the
+agent did about its own voice (``replay/echo_stops.py``: clears, pauses and
+user turns outside the user's own windows). The same counts without --echo
+are the baseline: a chunk that comes late also pauses the agent's voice.
+
 Writes artifacts/bargein/<date-time>/: bargein.json, bargein.md, the replay
 report and the server log. See docs/endpointing.md.
 """
@@ -18,7 +25,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..replay import bargein
+from ..replay import bargein, echo_stops
+from ..replay.measure import GLITCH_S, bridged, distribution, is_final_transcript, playback_intervals
 from ..replay.runner import RunTrace
 from ..replay.script import ScriptError, load_script
 from . import harness
@@ -33,6 +41,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--reply-timeout", type=float, default=15.0, help="seconds to wait for an answer [default %(default)s]"
     )
+    parser.add_argument(
+        "--echo",
+        type=int,
+        nargs="?",
+        const=0,
+        metavar="SEED",
+        help="the echo rig: the agent hears its own output, each answer through a room drawn with SEED [default 0]",
+    )
     thresholds = parser.add_argument_group("thresholds (exit status 1 when missed)")
     thresholds.add_argument(
         "--max-stop-p95-ms", type=float, help="95th percentile stop time of the interruptions, e.g. 400"
@@ -41,6 +57,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--max-false-barge-ins",
         type=int,
         help="noises and acknowledgements that made the agent give up its answer, e.g. 0",
+    )
+    thresholds.add_argument(
+        "--max-echo-stops",
+        type=int,
+        help="clears, pauses, stopped answers and user turns outside the user's own sound "
+        "(with --echo: for its own voice), e.g. 0",
     )
 
 
@@ -55,7 +77,9 @@ def run(args: argparse.Namespace) -> int:
     out = harness.output_folder(args.out, "bargein")
 
     result = harness.started(args.command_line)
-    replayed = harness.replay_locally("bargein", args.serve_args, script, args.repeats, args.reply_timeout, out)
+    replayed = harness.replay_locally(
+        "bargein", args.serve_args, script, args.repeats, args.reply_timeout, out, echo_seed=args.echo
+    )
     probes = [probe for trace in replayed.traces for probe in probe_results(trace)]
     result.update(
         {
@@ -67,9 +91,11 @@ def run(args: argparse.Namespace) -> int:
             "replay_report": replayed.report,
             "summary": bargein.summarise(probes),
             "probes": probes,
+            "echo": echo_result(replayed.traces, args.echo),
         }
     )
     failures = check(result["summary"], args.max_stop_p95_ms, args.max_false_barge_ins)
+    failures += check_echo(result["echo"], args.max_echo_stops)
     return harness.finish(out, "bargein", result, markdown(result), failures, replayed.failure)
 
 
@@ -83,6 +109,53 @@ def probe_results(trace: RunTrace) -> list[dict]:
         outcome = bargein.probe_outcome(trace.received, sent.speech_start_at, sent.speech_end_at)
         results.append({"name": sent.turn.name, "tag": tag, "repeat": trace.repeat, **outcome})
     return results
+
+
+def echo_result(traces: list[RunTrace], seed: int | None) -> dict:
+    """What the agent did outside the user's own sound, with the echo rig's paths when it was on.
+
+    Times are seconds after the start of the run.
+    """
+    runs: list[dict] = []
+    for trace in traces:
+        turns = [(sent.speech_start_at, sent.speech_end_at, sent.turn.start.kind == "barge-in") for sent in trace.turns]
+        stops = echo_stops.echo_stops(trace.received, turns)
+        runs.append(
+            {
+                "repeat": trace.repeat,
+                "paths": trace.echo_paths,
+                **{kind: [round(at - trace.started_at, 3) for at in times] for kind, times in stops.items()},
+                # How many user turns the agent answered for the turns the script played, and how
+                # long each stretch of its voice lasted: its own echo adds turns and cuts stretches short.
+                "script_turns": len(trace.turns),
+                "user_turns": sum(1 for item in trace.received if is_final_transcript(item, "user")),
+                "voice_stretches_ms": [
+                    round((end - start) * 1000.0, 1)
+                    for start, end in bridged(playback_intervals(trace.received), GLITCH_S)
+                ],
+            }
+        )
+    counts = {kind: sum(len(run[kind]) for run in runs) for kind in ("clears", "pauses", "stopped", "turns")}
+    return {
+        "on": seed is not None,
+        "seed": seed,
+        **counts,
+        "stops": sum(counts.values()),
+        "script_turns": sum(run["script_turns"] for run in runs),
+        "user_turns": sum(run["user_turns"] for run in runs),
+        "voice_stretch_ms": distribution([stretch for run in runs for stretch in run["voice_stretches_ms"]]),
+        "runs": runs,
+    }
+
+
+def check_echo(echo: dict, max_stops: int | None) -> list[str]:
+    if max_stops is None or echo["stops"] <= max_stops:
+        return []
+    return [
+        f"{echo['stops']} stop(s) outside the user's own sound > {max_stops} "
+        f"({echo['clears']} clear(s), {echo['pauses']} pause(s), {echo['stopped']} stopped, "
+        f"{echo['turns']} user turn(s))"
+    ]
 
 
 def false_barge_ins(summary: dict) -> int:
@@ -126,4 +199,28 @@ def markdown(result: dict) -> str:
         for p in result["probes"]
     ]
     lines += harness.table(["probe", "kind", "outcome", "stop", "clear", "silent for"], rows, "lllrrr")
+    echo = result.get("echo")
+    if echo is not None:
+        lines += ["", _echo_line(echo)]
     return "\n".join(lines)
+
+
+def _echo_line(echo: dict) -> str:
+    paths = [path for run in echo["runs"] for path in run["paths"]]
+    if echo["on"]:
+        gains = [path["gain_db"] for path in paths] or [0.0]
+        delays = [path["delay_ms"] for path in paths] or [0.0]
+        what = (
+            f"Echo rig on (seed {echo['seed']}): {len(paths)} answers came back at {min(gains):.0f} to "
+            f"{max(gains):.0f} dB, {min(delays):.0f} to {max(delays):.0f} ms late. Stops for the agent's own voice"
+        )
+    else:
+        what = "Echo rig off. Stops outside the user's own sound (late chunks, or nothing)"
+    stretch = echo["voice_stretch_ms"]
+    p50 = ms(stretch["p50"])
+    return (
+        f"{what}: {echo['stops']} ({echo['clears']} clear(s), {echo['pauses']} pause(s) of its voice, "
+        f"{echo['stopped']} answer(s) stopped without a clear, {echo['turns']} user turn(s) it heard in its own voice). "
+        f"It took {echo['user_turns']} user turns for the script's {echo['script_turns']}; "
+        f"its voice played in stretches of {p50} (median of {stretch['n']})."
+    )

@@ -1,11 +1,18 @@
 """Endpointing eval: false cut-offs in mid-turn pauses and delay after true turn ends, through a local server.
 
 Starts `voice-agent serve` with the embedded default models on a free loopback
-port, replays the endpointing turns (scripts/endpoint_turns: mid-turn pauses of
-0.3 to 1.5 s and whole short answers) through it with the replay client, one
+port, replays the endpointing turns through it with the replay client, one
 session at real-time pace, and reports the false cut-off rate (the agent took
 the turn during a mid-turn pause) and the delay after the true end of each turn
 (client voice-to-voice, the server's endpoint_ms, the final transcript).
+
+The turns come in groups (``replay/turn_groups.py``), each reported apart:
+``synthetic`` (scripts/endpoint_turns: parts synthesized apart, mid-turn pauses
+of 0.3 to 1.5 s, and whole short answers), ``words`` (the same pauses cut in
+at a word boundary of a whole utterance) and ``real`` (AMI meeting speech and
+JFK). Pauses are those the pipeline's Silero VAD hears (``replay/vad_pauses.py``);
+per group, how often the agent's voice reached the user in one and how much of
+it they heard (``overlap_ms``).
 
 With --sweep, does that once per set of turn-detection thresholds
 (--end-silence-complete-ms / --end-silence-ms / --end-silence-incomplete-ms),
@@ -20,9 +27,11 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import replace
 from pathlib import Path
 
-from ..replay import endpointing
+from ..config import Settings
+from ..replay import endpointing, turn_groups, vad_pauses
 from ..replay.measure import send_time
 from ..replay.runner import RunTrace
 from ..replay.script import Script, ScriptError, load_script
@@ -47,7 +56,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         f"[without a value: {SWEEP}]",
     )
     parser.add_argument(
+        "--group",
+        default=",".join(turn_groups.GROUPS),
+        help=f"groups of turns to play, a comma list of {', '.join(turn_groups.GROUPS)} [default all]; "
+        "a --script of your own is played alone instead",
+    )
+    parser.add_argument(
+        "--limit", type=int, help="play only the first N turns of each group (paused turns come first), e.g. in CI"
+    )
+    parser.add_argument(
         "--reply-timeout", type=float, default=15.0, help="seconds to wait for an answer [default %(default)s]"
+    )
+    parser.add_argument(
+        "--max-heard-in-pause",
+        type=float,
+        help="exit 1 if in any group the agent's voice reached the user during a mid-turn pause in more than "
+        "this share of its paused turns (e.g. 0.1); not with --sweep",
     )
     parser.add_argument(
         "--max-false-cutoff",
@@ -59,18 +83,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     try:
         points = _points(args.sweep) if args.sweep else [("server defaults", [])]
-        if args.sweep and args.max_false_cutoff is not None:
-            raise ScriptError("--max-false-cutoff checks one configuration: leave out --sweep")
+        if args.sweep and (args.max_false_cutoff is not None or args.max_heard_in_pause is not None):
+            raise ScriptError("--max-false-cutoff and --max-heard-in-pause check one configuration: leave out --sweep")
         if args.repeats < 1:
             raise ScriptError("-n must be at least 1")
-        script = load_script(args.script, 16000, harness.GAP_MS)
+        if args.limit is not None and args.limit < 1:
+            raise ScriptError("--limit must be at least 1")
+        script = _script(args)
     except ScriptError as exc:
         print(f"voice-agent bench endpointing: {exc}", file=sys.stderr)
         return harness.EXIT_ERROR
     out = harness.output_folder(args.out, "endpointing")
 
     result = harness.started(args.command_line)
-    result["script"] = args.script
+    result["script"] = script.source
     result["serve_args"] = EVAL_SERVE_ARGS + args.serve_args
     result["points"] = [
         _run_point(name, point_args + args.serve_args, script, args, out) for name, point_args in points
@@ -80,19 +106,44 @@ def run(args: argparse.Namespace) -> int:
         _plot(result, out / "sweep.png")
 
     failed = next((point["failure"] for point in result["points"] if point["failure"]), None)
-    return harness.finish(out, "endpoint", result, markdown(result), check(result, args.max_false_cutoff), failed)
+    failures = check(result, args.max_false_cutoff, args.max_heard_in_pause)
+    return harness.finish(out, "endpoint", result, markdown(result), failures, failed)
 
 
-def check(result: dict, max_false_cutoff: float | None) -> list[str]:
-    summary = result["points"][0]["summary"]
-    if max_false_cutoff is None or summary["false_cutoff_rate"] is None:
-        return []
-    if summary["false_cutoff_rate"] > max_false_cutoff or summary["cutoffs_elsewhere"]:
-        return [
-            f"false cut-off rate {summary['false_cutoff_rate']:.1%} > {max_false_cutoff:.1%}"
-            f" (or {summary['cutoffs_elsewhere']} cut-off(s) outside the pauses)"
-        ]
-    return []
+def _script(args: argparse.Namespace) -> Script:
+    """The groups' turns, or a --script of one's own (as the group "script"); --limit turns of each."""
+    if args.script != harness.default_script("endpoint_turns"):
+        script = load_script(args.script, 16000, harness.GAP_MS)
+        turns = script.turns if args.limit is None else script.turns[: args.limit]
+        return Script(
+            tuple(replace(t, tags=(*t.tags, turn_groups.TAG + "script")) for t in turns), 16000, script.source
+        )
+    groups = [name.strip() for name in args.group.split(",") if name.strip()]
+    unknown = [name for name in groups if name not in turn_groups.GROUPS]
+    if unknown or not groups:
+        raise ScriptError(f"--group {args.group!r}: choose from {', '.join(turn_groups.GROUPS)}")
+    return turn_groups.load_groups(harness.TURNS / "endpoint_turns", groups, 16000, harness.GAP_MS, args.limit)
+
+
+def check(result: dict, max_false_cutoff: float | None, max_heard_in_pause: float | None = None) -> list[str]:
+    failures = []
+    point = result["points"][0]
+    summary = point["summary"]
+    if max_false_cutoff is not None and summary["false_cutoff_rate"] is not None:
+        if summary["false_cutoff_rate"] > max_false_cutoff or summary["cutoffs_elsewhere"]:
+            failures.append(
+                f"false cut-off rate {summary['false_cutoff_rate']:.1%} > {max_false_cutoff:.1%}"
+                f" (or {summary['cutoffs_elsewhere']} cut-off(s) outside the pauses)"
+            )
+    if max_heard_in_pause is not None:
+        for name, group in point["groups"].items():
+            rate = group["heard_in_pause_rate"]
+            if rate is not None and rate > max_heard_in_pause:
+                failures.append(
+                    f"{name}: the agent's voice reached the user in a mid-turn pause in {group['heard_in_pause']}"
+                    f"/{group['paused_turns']} paused turns ({rate:.0%} > {max_heard_in_pause:.0%})"
+                )
+    return failures
 
 
 def _points(text: str) -> list[tuple[str, list[str]]]:
@@ -110,7 +161,10 @@ def _run_point(name: str, serve_args: list[str], script: Script, args: argparse.
     print(f"\n== {name} ==", file=sys.stderr)
     slug = name.replace("/", "-").replace(" ", "-")
     replayed = harness.replay_locally(slug, EVAL_SERVE_ARGS + serve_args, script, args.repeats, args.reply_timeout, out)
-    turns = [turn for trace, run in zip(replayed.traces, replayed.runs) for turn in endpoint_turns(trace, run)]
+    threshold = _vad_threshold(serve_args)
+    turns = [
+        turn for trace, run in zip(replayed.traces, replayed.runs) for turn in endpoint_turns(trace, run, threshold)
+    ]
     return {
         "name": name,
         "serve_args": EVAL_SERVE_ARGS + serve_args,
@@ -118,18 +172,27 @@ def _run_point(name: str, serve_args: list[str], script: Script, args: argparse.
         "failure": replayed.failure,
         "replay_report": replayed.report,
         "summary": endpointing.summarise(turns),
+        "groups": turn_groups.summarise_groups(turns),
         "turns": turns,
     }
 
 
-def endpoint_turns(trace: RunTrace, run: dict) -> list[dict]:
+def _vad_threshold(serve_args: list[str]) -> float:
+    """The server's --vad-threshold: the pauses that count are those its VAD hears."""
+    for flag, value in zip(serve_args, serve_args[1:]):
+        if flag == "--vad-threshold":
+            return float(value)
+    return Settings().vad_threshold
+
+
+def endpoint_turns(trace: RunTrace, run: dict, vad_threshold: float) -> list[dict]:
     """The endpointing figures of each turn of one replayed run."""
     turns = []
     for sent, figures in zip(trace.turns, run["turns"]):
         frame = sent.frame_samples
         pauses_at = [
             (send_time(sent.frame_times, frame, start), send_time(sent.frame_times, frame, end - 1))
-            for start, end in endpointing.pauses(sent.turn.audio, sent.turn.rate)
+            for start, end in vad_pauses.pauses(sent.turn.audio, sent.turn.rate, vad_threshold)
         ]
         measured = endpointing.measure_turn(
             trace.received,
@@ -144,6 +207,7 @@ def endpoint_turns(trace: RunTrace, run: dict) -> list[dict]:
                 "tags": list(sent.turn.tags),
                 "repeat": trace.repeat,
                 "transcript": figures["transcript"],
+                "overlap_ms": turn_groups.overlap_ms(trace.received, pauses_at),
                 **measured,
             }
         )
@@ -187,7 +251,54 @@ def markdown(result: dict) -> str:
             ]
         )
     lines += harness.table(header, rows)
-    tags = sorted({tag for point in result["points"] for tag in point["summary"]["by_tag"]})
+    lines += [
+        "",
+        "By group (heard: the agent's voice reached the user during a mid-turn pause; overlap: how "
+        "much of it they heard there, over the turns where they did):",
+        "",
+    ]
+    rows = []
+    for point in result["points"]:
+        for name, g in point["groups"].items():
+            heard = (
+                "–"
+                if g["heard_in_pause_rate"] is None
+                else f"{g['heard_in_pause']}/{g['paused_turns']} ({g['heard_in_pause_rate']:.0%})"
+            )
+            rows.append(
+                [
+                    point["name"],
+                    name,
+                    g["turns"],
+                    g["paused_turns"],
+                    heard,
+                    f"{g['false_cutoffs']}/{g['paused_turns']}",
+                    ms(g["overlap_ms"]["p50"]),
+                    ms(g["overlap_ms"]["max"]),
+                    ms(g["endpoint_ms"]["p50"]),
+                    ms(g["voice_to_voice_ms"]["p50"]),
+                ]
+            )
+    lines += harness.table(
+        [
+            "thresholds",
+            "group",
+            "turns",
+            "paused",
+            "heard in a pause",
+            "committed early",
+            "overlap p50",
+            "max",
+            "endpoint p50",
+            "v2v p50",
+        ],
+        rows,
+        "llrrrrrrrr",
+    )
+    # The groups have their own table above.
+    tags = sorted(
+        {tag for point in result["points"] for tag in point["summary"]["by_tag"] if not tag.startswith(turn_groups.TAG)}
+    )
     if tags:
         lines += ["", "Cut-offs by kind of turn (tags in the turn script):", ""]
         rows = []
@@ -211,15 +322,19 @@ def markdown(result: dict) -> str:
                 cut += f"; its voice reached the user {turn['spoke_at_ms']:.0f} ms into the turn"
             rows.append(
                 [
+                    turn_groups.group_of(turn["tags"]),
                     turn["name"],
                     pauses,
                     cut,
+                    ms(turn["overlap_ms"]) if turn["overlap_ms"] else "",
                     ms(turn["voice_to_voice_ms"]),
                     ms(turn["endpoint_ms"]),
                     turn["transcript"] or "",
                 ]
             )
-        lines += harness.table(["turn", "pauses", "cut off", "v2v", "endpoint", "transcript"], rows, "lllrrl")
+        lines += harness.table(
+            ["group", "turn", "pauses", "cut off", "overlap", "v2v", "endpoint", "transcript"], rows, "llllrrrl"
+        )
     return "\n".join(lines)
 
 

@@ -181,10 +181,17 @@ class Replayed:
 
 
 def replay_locally(
-    slug: str, serve_args: Sequence[str], script: Script, repeats: int, reply_timeout: float, out: Path
+    slug: str,
+    serve_args: Sequence[str],
+    script: Script,
+    repeats: int,
+    reply_timeout: float,
+    out: Path,
+    echo_seed: int | None = None,
 ) -> Replayed:
     """A fresh local server with ``serve_args``; ``script`` replayed ``repeats`` times in one session,
-    in this process, so that the caller gets the raw traces.
+    in this process, so that the caller gets the raw traces. ``echo_seed``: with the echo rig
+    (``replay/echo.py``), the agent's audio comes back into the microphone.
 
     Writes server-SLUG.log and the replay's own report, replay-SLUG.json.
     """
@@ -193,7 +200,9 @@ def replay_locally(
     traces: list[RunTrace] = []
     with local_server(serve_args, out / f"server-{slug}.log") as (_, url):
         try:
-            traces = asyncio.run(_replay(script, url, repeats, reply_timeout))
+            traces = asyncio.run(
+                _replay(script, Options(url, reply_timeout_s=reply_timeout, echo_seed=echo_seed), repeats)
+            )
         except TimeoutError:
             failure = f"the replay took longer than {REPLAY_TIMEOUT_S} s"
     runs = [analyse(trace) for trace in traces]
@@ -211,10 +220,9 @@ def replay_locally(
     return Replayed(traces, runs, failure, round(time.monotonic() - started, 1), report_path.name)
 
 
-async def _replay(script: Script, url: str, repeats: int, reply_timeout: float) -> list[RunTrace]:
+async def _replay(script: Script, options: Options, repeats: int) -> list[RunTrace]:
     from tqdm import tqdm
 
-    options = Options(url, reply_timeout_s=reply_timeout)
     with tqdm(total=repeats * len(script.turns), unit="turn", file=sys.stderr, dynamic_ncols=True) as progress:
 
         def step() -> None:

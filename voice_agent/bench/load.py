@@ -102,8 +102,10 @@ def run(args: argparse.Namespace) -> int:
     levels = [int(level) for level in args.levels.split(",")]
     out = harness.output_folder(args.out, "load")
     result = harness.started(args.command_line)
-    result["server_command"] = shlex.join(["voice-agent", "serve", "--host", "127.0.0.1", *args.serve_args])
-    with harness.local_server(args.serve_args, out / "server.log") as (server, url):
+    # Every replayed session comes from this machine's address: lift the per-address limit (4) for the ramp.
+    serve_args = ["--max-sessions-per-client", "0", *args.serve_args]
+    result["server_command"] = shlex.join(["voice-agent", "serve", "--host", "127.0.0.1", *serve_args])
+    with harness.local_server(serve_args, out / "server.log") as (server, url):
         result["ramp"] = ramp(levels, args, url, out, server)
         if args.flood_rounds > 0:
             result["flood"] = flood(args, url, out, server)

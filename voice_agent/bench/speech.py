@@ -27,6 +27,11 @@ def _voice() -> PiperTTS:
 
 @functools.lru_cache(maxsize=64)
 def _synthesize(text: str, rate: int) -> np.ndarray:
+    return rendition(text, rate)
+
+
+def rendition(text: str, rate: int = 16000) -> np.ndarray:
+    """A new rendition of ``text`` at every call (Piper samples its prosody noise); :func:`speech` keeps one."""
     voice = _voice()
     return resample(voice.synthesize_blocking(text) * LEVEL, voice.sample_rate, rate)
 

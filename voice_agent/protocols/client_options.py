@@ -24,6 +24,9 @@ PROMPT_OPTIONS = {"system_prompt": MAX_SYSTEM_PROMPT_CHARS, "greeting": MAX_GREE
 # <|start_header_id|>), and llama-cpp-python tokenizes the rendered prompt with special tokens on: a user
 # who types one could open a system turn of their own.
 _CHAT_MARKUP = re.compile(r"<\|[^<>|\s]{1,40}\|>")
+# Control characters other than tab and newlines mean nothing to a listener, and the phonemizer, the LLM
+# and a log reader each take them their own way.
+_CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
 
 
 def screen_prompt_options(offered: Mapping[str, Any], allowed: bool) -> tuple[dict[str, str], list[ProtocolError]]:
@@ -45,8 +48,10 @@ def screen_prompt_options(offered: Mapping[str, Any], allowed: bool) -> tuple[di
     return options, errors
 
 
-def chat_markup_error(text: str) -> ProtocolError | None:
-    """An error if ``text``, bound for the LLM as the user's words, holds chat-template markup."""
+def user_text_error(text: str) -> ProtocolError | None:
+    """An error if ``text``, bound for the LLM as the user's words, holds chat-template markup or control characters."""
     if _CHAT_MARKUP.search(text):
         return ProtocolError("invalid_text", "text holds chat-template markup such as <|im_start|>; ignored")
+    if _CONTROL.search(text):
+        return ProtocolError("invalid_text", "text holds control characters; ignored")
     return None

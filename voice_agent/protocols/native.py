@@ -13,7 +13,7 @@ from typing import Any
 
 from ..audio import PIPELINE_RATE, SUPPORTED_RATES, float_to_pcm16, pcm16_to_float
 from ..printable import printable
-from .client_options import chat_markup_error, screen_prompt_options
+from .client_options import screen_prompt_options, user_text_error
 from .events import (
     AgentAudio,
     AudioReceived,
@@ -109,8 +109,8 @@ class NativeProtocol:
             return [ProtocolError("invalid_message", "text needs a non-empty string text")]
         if len(text) > MAX_TEXT_CHARS:
             return [ProtocolError("text_too_long", f"text is over {MAX_TEXT_CHARS} characters")]
-        if (markup := chat_markup_error(text)) is not None:
-            return [markup]
+        if (refused := user_text_error(text)) is not None:
+            return [refused]
         self._input_seen = True
         return [TextReceived(text.strip())]
 

@@ -24,13 +24,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import numpy as np
-
-from .measure import AudioIn, Received, distribution, is_final_transcript, speech_bursts
-
-# A mid-turn pause is a thinking pause of 300 to 1500 ms; shorter gaps are the breaks
-# between words or at a comma that any speaker leaves.
-MIN_PAUSE_MS = 300
+from .measure import AudioIn, MessageIn, Received, distribution, is_final_transcript
 
 
 @dataclass(frozen=True)
@@ -40,13 +34,6 @@ class CutOff:
     text: str | None = None  # the words the agent took as the whole turn, when it committed
 
 
-def pauses(samples: np.ndarray, rate: int, min_ms: int = MIN_PAUSE_MS) -> list[tuple[int, int]]:
-    """[start, end) sample ranges of the silent gaps inside the speech of a recording."""
-    bursts = speech_bursts(samples, rate)
-    least = rate * min_ms // 1000
-    return [(a.end, b.start) for a, b in zip(bursts, bursts[1:]) if b.start - a.end >= least]
-
-
 def cut_off(received: Sequence[Received], speech_start_at: float, speech_end_at: float) -> CutOff | None:
     """The first sign that the agent took the turn before the user finished, if any."""
     for item in received:
@@ -54,7 +41,7 @@ def cut_off(received: Sequence[Received], speech_start_at: float, speech_end_at:
             continue
         if isinstance(item, AudioIn) and item.voiced:
             return CutOff("spoke", item.at)
-        if is_final_transcript(item, "user"):
+        if isinstance(item, MessageIn) and is_final_transcript(item, "user"):
             return CutOff("committed", item.at, str(item.fields.get("text", "")))
     return None
 
@@ -128,7 +115,7 @@ def summarise(turns: Sequence[dict]) -> dict:
         "false_cutoffs": len(cut_paused),
         "false_cutoff_rate": round(len(cut_paused) / len(paused), 4) if paused else None,
         "spoke_in_pause": sum(1 for turn in paused if turn["spoke_at_ms"] is not None),
-        # A cut-off in a turn without a pause of MIN_PAUSE_MS: at a shorter break between words.
+        # A cut-off in a turn without a pause of vad_pauses.MIN_PAUSE_MS: at a shorter break between words.
         "cutoffs_elsewhere": sum(1 for turn in turns if turn["cut_off"] and not turn["pauses_ms"]),
         "unanswered": sum(1 for turn in clean if turn["voice_to_voice_ms"] is None),
         "voice_to_voice_ms": distribution([turn["voice_to_voice_ms"] for turn in clean]),

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..protocols.events import AgentAudio, Clear, Error, Mark, Metrics, Transcript
+from .echo import Echo
 from .measure import (
     AudioIn,
     MessageIn,
@@ -43,6 +44,7 @@ class Options:
     lead_in_ms: int = 500  # silence before the first turn
     tail_ms: int = 1000  # silence after the last answer
     reply_timeout_s: float = 30.0  # how long to wait for an answer before going on without one
+    echo_seed: int | None = None  # the agent hears itself through a simulated room (echo.py); None: no echo
 
 
 @dataclass
@@ -79,14 +81,16 @@ class RunTrace:
     turns: list[SentTurn] = field(default_factory=list)
     received: list[Received] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)  # error messages from the agent
+    echo_paths: list[dict] = field(default_factory=list)  # with the echo rig: each answer's way back
     failure: str | None = None  # why the run stopped early
 
 
 class _Sender:
     """Streams frames at real-time pace: queued turn audio, else silence; echoes due marks."""
 
-    def __init__(self, connection: Connection, rate: int):
+    def __init__(self, connection: Connection, rate: int, echo: Echo | None = None):
         self.connection = connection
+        self.echo = echo
         self.frame = int(rate * FRAME_S)
         self._tape: np.ndarray | None = None
         self._position = 0
@@ -119,6 +123,8 @@ class _Sender:
                 self._position += self.frame
             else:
                 frame = silence
+            if self.echo is not None:
+                frame = np.clip(frame + self.echo.capture(time.monotonic(), len(frame)), -1.0, 1.0)
             await self.connection.send(codec.audio(frame))
             self.frames_sent += 1
             now = time.monotonic()
@@ -148,7 +154,11 @@ class _Run:
         codec = CODECS[self.options.transport]()
         connection = await Connection.open(self.options.url, codec, self.script.rate, self.options.token)
         self.trace.started_at = time.monotonic()
-        sender = _Sender(connection, self.script.rate)
+        echo = None
+        if self.options.echo_seed is not None:
+            echo = Echo(self.script.rate, self.options.echo_seed, origin=self.trace.started_at)
+            self.trace.echo_paths = echo.paths
+        sender = _Sender(connection, self.script.rate, echo)
         sending = asyncio.create_task(sender.run())
         reading = asyncio.create_task(self._read(connection, sender))
         try:
@@ -171,6 +181,8 @@ class _Run:
                     peak = float(np.max(np.abs(event.samples))) if len(event.samples) else 0.0
                     received.append(AudioIn(at, seconds, peak))
                     self._drains_at = max(self._drains_at, at) + seconds
+                    if sender.echo is not None:
+                        sender.echo.played(at, event.samples)
                 elif isinstance(event, Transcript):
                     received.append(
                         MessageIn(at, "transcript", {"role": event.role, "text": event.text, "final": event.final})
@@ -178,6 +190,8 @@ class _Run:
                 elif isinstance(event, Clear):
                     received.append(MessageIn(at, "clear"))
                     self._drains_at = at
+                    if sender.echo is not None:
+                        sender.echo.cleared(at)
                     sender.marks = [(at, name) for _, name in sender.marks]  # dropped counts as played
                 elif isinstance(event, Mark):
                     received.append(MessageIn(at, "mark", {"name": event.name}))
@@ -316,6 +330,7 @@ def analyse(trace: RunTrace) -> dict:
         "turns": turns,
         "agent_speech_s": [[_seconds(a, origin), _seconds(b, origin)] for a, b in playback_intervals(trace.received)],
         "dry_spells_ms": [round(gap * 1000, 1) for gap in dry_spells(trace.received)],
+        "echo_paths": trace.echo_paths,
     }
 
 

@@ -217,7 +217,9 @@ def errors_of(events) -> list[ProtocolError]:
     "text, code",
     [
         ("{not json", "invalid_json"),
-        ('["a list"]', "invalid_json"),
+        ('["a list"]', "invalid_message"),
+        ('{"type": "response.cancel", "type": "response.create"}', "invalid_json"),  # duplicate keys
+        ('{"type": "input_audio_buffer.append", "audio": NaN}', "invalid_json"),
         ('{"type": "no.such.event", "event_id": "x"}', "unknown_event"),
         ('{"event_id": "x"}', "unknown_event"),
         ('{"type": "input_audio_buffer.append", "audio": "***", "event_id": "x"}', "invalid_audio"),

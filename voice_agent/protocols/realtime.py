@@ -40,7 +40,7 @@ from ..audio import (
     mulaw_encode,
     pcm16_to_float,
 )
-from .client_options import chat_markup_error, screen_prompt_options
+from .client_options import screen_prompt_options, user_text_error
 from .events import (
     MANUAL,
     NO_TOKEN_LIMIT,
@@ -72,10 +72,14 @@ from .events import (
     UserText,
     UserTextAdded,
 )
+from .strict_json import InvalidJSON, decode_object
 
 DEFAULT_MODEL = "voice-agent"
 METRICS_TYPE = "voice_agent.metrics"
 MAX_TEXT_CHARS = 2000
+# Audio appends make large messages: any the server's WebSocket takes (1 MiB, cli.MAX_MESSAGE_BYTES), about
+# 16 s of 24 kHz PCM16 in base64, more than the audio rate limit lets through at once.
+MAX_MESSAGE_CHARS = 1 << 20
 MAX_TOKENS = 4096  # the Realtime API's own bound on max_output_tokens
 EAGERNESS = ("low", "medium", "high", "auto")
 # Items whose ids a later event may name (truncate, a merged turn): more than any client keeps unplayed.
@@ -188,11 +192,9 @@ class RealtimeProtocol:
 
     def receive_text(self, text: str) -> list[InputEvent]:
         try:
-            message = json.loads(text)
-        except (json.JSONDecodeError, RecursionError):
-            return [ProtocolError("invalid_json", "the message is not valid JSON")]
-        if not isinstance(message, dict):
-            return [ProtocolError("invalid_json", "a message must be a JSON object")]
+            message = decode_object(text, MAX_MESSAGE_CHARS)
+        except InvalidJSON as invalid:
+            return [ProtocolError(invalid.code, invalid.message)]
         event_id = message.get("event_id")
         event_id = event_id if isinstance(event_id, str) else ""
         kind = message.get("type")
@@ -317,8 +319,8 @@ class RealtimeProtocol:
             raise _Invalid("invalid_value", "the user message has no text")
         if len(text) > MAX_TEXT_CHARS:
             raise _Invalid("invalid_value", f"the user message is over {MAX_TEXT_CHARS} characters")
-        if (markup := chat_markup_error(text)) is not None:
-            raise _Invalid(markup.code, markup.message)
+        if (refused := user_text_error(text)) is not None:
+            raise _Invalid(refused.code, refused.message)
         item_id = item.get("id")
         self._conversation.text_item_ids.append(item_id if isinstance(item_id, str) and item_id else self._id("item"))
         return [UserText(text, event_id)]

@@ -54,3 +54,23 @@ def test_without_backchannels_any_speech_past_the_minimum_interrupts():
 def test_what_counts_as_an_acknowledgement(text, acknowledgement):
     rule = BargeInPolicy.from_settings(Settings())  # the default backchannels
     assert rule.is_backchannel(text) is acknowledgement
+
+
+@pytest.mark.parametrize(
+    "speech_ms, checked_ms, checking, expected",
+    [
+        (150, 0, False, BargeIn.NONE),  # its own voice came back before: no pause for it
+        (250, 0, False, BargeIn.LISTEN),  # the words are checked while it goes on
+        (300, 250, True, BargeIn.NONE),
+        (900, 250, True, BargeIn.NONE),  # its echo lasts as long as it talks: the words decide
+        (900, 250, False, BargeIn.LISTEN),
+    ],
+)
+def test_after_an_echo_the_words_are_checked_before_the_agent_pauses(speech_ms, checked_ms, checking, expected):
+    assert policy().decide(speech_ms, checked_ms, checking, echo_heard=True) is expected
+
+
+def test_own_voice_is_what_the_answer_was_playing_then():
+    chunks = [("We have a lot of different dishes,", 0.0, 2.0), ("from fresh pasta to grilled fish.", 2.2, 4.4)]
+    assert BargeInPolicy.is_own_voice("fresh pasta to", chunks, playing_s=3.4, spoken_s=0.8)
+    assert not BargeInPolicy.is_own_voice("Wait, I have a question.", chunks, playing_s=3.4, spoken_s=0.8)

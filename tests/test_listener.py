@@ -54,7 +54,9 @@ class Floor:
 
 def listener(floor: Floor, **settings) -> tuple[Listener, list]:
     events: list = []
-    defaults = dict(end_silence_complete_ms=200, end_silence_ms=200, stt_speculative_silence_ms=64)
+    defaults = dict(
+        end_silence_complete_ms=200, end_silence_statement_ms=200, end_silence_ms=200, stt_speculative_silence_ms=64
+    )
     made = Listener(Settings(**{**defaults, **settings}), EnergyVAD(), WordsSTT, events.append, floor)
     floor.listener = made
     return made, events

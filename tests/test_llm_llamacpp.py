@@ -116,6 +116,45 @@ async def test_prefill_keeps_an_instance_free_for_answers(llm):
     assert counts == [[]]
 
 
+def conversation(words: str, agent: str | None = None) -> list[dict[str, str]]:
+    said = [{"role": "user", "content": "Hello."}, {"role": "assistant", "content": agent}] if agent else []
+    return [HISTORY[0], *said, {"role": "user", "content": words}]
+
+
+async def test_end_of_turn_logprob_tells_a_broken_off_sentence_from_a_finished_question(llm):
+    finished = await llm.end_of_turn_logprob(conversation("What time do you open on Sundays?"))
+    broken_off = await llm.end_of_turn_logprob(conversation("I want to go to"))
+    assert finished is not None and broken_off is not None
+    assert finished > -4 and broken_off < -8
+    # The agent's question in the prompt makes a bare "Yes." a whole answer.
+    alone = await llm.end_of_turn_logprob(conversation("Yes."))
+    asked = await llm.end_of_turn_logprob(conversation("Yes.", agent="Would you like a dessert?"))
+    assert asked > alone + 1
+
+
+async def test_end_of_turn_logprob_evaluates_only_new_words_and_prepares_the_answer(pool):
+    counts = record_evaluations(pool)
+    await pool.prefill(HISTORY)
+    [instance] = [i for i, calls in enumerate(counts) if calls]
+    for calls in counts:
+        calls.clear()
+    messages = [*HISTORY, {"role": "user", "content": "And what about tomorrow morning"}]
+    assert await pool.end_of_turn_logprob(messages) is not None
+    assert counts[instance] and counts[instance][0] < 15  # the user's words, not the history
+    counts[instance].clear()
+    assert [delta async for delta in pool.stream_chat(messages)]
+    # The answer to those words found them evaluated: only the template's tokens after them were left.
+    assert counts[instance][0] <= 6
+    assert not counts[1 - instance]
+
+
+async def test_end_of_turn_logprob_never_waits_for_a_busy_pool(llm):
+    stream = llm.stream_chat([{"role": "user", "content": "Tell me a long story about a dragon."}])
+    assert await anext(stream)
+    assert await llm.end_of_turn_logprob(conversation("Yes.")) is None
+    await stream.aclose()
+
+
 async def test_warm_up_evaluates_the_system_prompt_on_every_instance():
     from voice_agent.config import DEFAULT_SYSTEM_PROMPT
 

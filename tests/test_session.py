@@ -76,9 +76,15 @@ class FakeLLM:
         self.prefilled: list[list[dict]] = []
         self.closed = 0
         self.finished = 0
+        self.end_of_turn: float | None = None  # what end_of_turn_logprob answers
+        self.asked_end_of_turn: list[list[dict]] = []
 
     async def prefill(self, messages):
         self.prefilled.append(messages)
+
+    async def end_of_turn_logprob(self, messages):
+        self.asked_end_of_turn.append(messages)
+        return self.end_of_turn
 
     async def stream_chat(self, messages):
         self.requests.append(messages)
@@ -131,11 +137,13 @@ class Harness:
         engines = Engines(vad=EnergyVAD(), stt=self.stt, llm=self.llm, tts=FakeTTS())
         defaults = dict(
             end_silence_complete_ms=200,
+            end_silence_statement_ms=200,
             end_silence_ms=200,
             end_silence_incomplete_ms=200,
             stt_speculative_silence_ms=64,
             output_lead_ms=100,
             first_chunk_min_words=3,
+            reply_grace_ms=0,  # the graceful way out has tests of its own
             answer_max_sentences=0,  # the scripted answers are long on purpose
         )
         self.settings = Settings(**{**defaults, **settings})
@@ -519,4 +527,195 @@ async def test_a_transcript_without_words_gets_no_answer():
     await h.feed(quiet(0.5))
     await asyncio.sleep(0.2)
     assert h.llm.requests == [] and h.finals("user") == []
+    await h.session.close()
+
+
+# End-of-turn signals, the graceful way out, echo.
+
+
+async def test_a_question_the_llm_calls_finished_is_answered_after_the_confident_silence():
+    h = Harness(end_silence_complete_ms=700, end_silence_ms=700, end_silence_confident_ms=200)
+    h.stt.text = "Are you open tonight?"
+    h.llm.end_of_turn = -0.1
+    await h.feed(tone(0.5), realtime=False)
+    await h.feed(quiet(0.8))
+    await h.until(lambda: h.of(Metrics))
+    [metrics] = h.of(Metrics)
+    assert metrics.values["end_silence_ms"] == 200 and metrics.values["end_of_turn_logprob"] == -0.1
+    assert metrics.values["endpoint_ms"] < 500
+    # The LLM was asked about the user's words with the prompt the answer uses.
+    assert h.llm.asked_end_of_turn[0][-1] == {"role": "user", "content": "Are you open tonight?"}
+    assert h.llm.asked_end_of_turn[0] == h.llm.requests[0]
+    await h.session.close()
+
+
+async def test_a_sentence_the_llm_calls_unfinished_waits():
+    h = Harness(end_silence_complete_ms=200, end_silence_ms=700, end_silence_confident_ms=200)
+    h.stt.text = "I have been using a demo."
+    h.llm.end_of_turn = -12.0
+    await h.feed(tone(0.5), realtime=False)
+    await h.feed(quiet(1.0))
+    await h.until(lambda: h.of(Metrics))
+    [metrics] = h.of(Metrics)
+    assert metrics.values["end_silence_ms"] == 700
+    assert metrics.values["endpoint_ms"] >= 650
+    await h.session.close()
+
+
+async def test_after_a_question_for_a_phone_number_the_first_digits_wait():
+    h = Harness(end_silence_complete_ms=200, end_silence_ms=200, end_silence_incomplete_ms=900)
+    h.session.conversation.history = [
+        {"role": "user", "content": "Book me a table."},
+        {"role": "assistant", "content": "Sure. What's your phone number?"},
+    ]
+    h.stt.text = "It's 555."
+    await h.feed(tone(0.5), realtime=False)
+    await h.feed(quiet(0.6))
+    assert h.of(Metrics) == []  # 600 ms after "555" the user may still be reading
+    await h.feed(quiet(0.5))
+    await h.until(lambda: h.of(Metrics))
+    assert h.of(Metrics)[0].values["end_silence_ms"] == 900
+    await h.session.close()
+
+
+async def feed_until_turn(h: Harness, audio: np.ndarray) -> int:
+    """Feed frames at real time until the session sees the user's speech; return that frame's event count."""
+    for start in range(0, len(audio), 320):
+        h.session.handle(AudioReceived(audio[start : start + 320]))
+        if h.session.listener.turn is not None:
+            return len(h.events)
+        await asyncio.sleep(0.02)
+    raise AssertionError("the speech never started a turn")
+
+
+async def test_the_user_going_on_right_after_the_answer_starts_withdraws_it_and_merges_the_turns():
+    h = Harness(answer=" ".join(f"w{i}." for i in range(40)), reply_grace_ms=1000)
+    await h.feed(tone(0.5), realtime=False)
+    await h.feed(quiet(0.3))
+    await h.until(lambda: h.of(AgentAudio))
+    await h.feed(quiet(0.2))  # the user resumes 200 ms after the answer started
+    checked_at = await feed_until_turn(h, tone(0.5))
+    # Silent within one audio frame of the VAD's check, before any word is transcribed.
+    await h.feed(tone(0.05))
+    assert [e for e in h.events[checked_at:] if isinstance(e, AgentAudio)] == []
+    await h.feed(tone(0.35))
+    await h.until(lambda: h.of(Clear))
+    withdrawn = [m.values for m in h.of(Metrics) if m.values.get("withdrawn")]
+    # What the user heard: at most the audio sent before the agent fell silent.
+    sent_ms = 20 * sum(isinstance(e, AgentAudio) for e in h.events[:checked_at])
+    assert len(withdrawn) == 1 and 150 <= withdrawn[0]["overlap_ms"] <= sent_ms
+    assert withdrawn[0]["overlap_total_ms"] == withdrawn[0]["overlap_ms"]
+    assert h.session.history == []  # the withdrawn answer is not in it
+    assert h.finals("agent") == []
+    await h.feed(quiet(0.4))
+    await h.until(lambda: len(h.session.history) == 2)
+    # One user turn holding both parts (5 + about 4 words of tone), then the answer to it.
+    user = h.session.history[0]
+    assert user["role"] == "user" and user["content"].count("word") >= 8
+    assert h.finals("user")[-1] == user["content"]
+    assert [m["role"] for m in h.session.history] == ["user", "assistant"]
+    await h.session.close()
+
+
+async def test_a_continuation_that_ends_before_its_words_are_checked_is_transcribed_with_the_first_part():
+    h = Harness(answer=" ".join(f"w{i}." for i in range(40)), reply_grace_ms=1000)
+    await h.feed(tone(0.5), realtime=False)
+    await h.feed(quiet(0.3))
+    await h.until(lambda: h.of(AgentAudio))
+    h.stt.delay = 0.25  # the check is still running when the pause's transcription starts
+    await h.feed(tone(0.3))
+    await h.feed(quiet(0.6))
+    h.stt.delay = 0.01
+    await h.until(lambda: len(h.session.history) == 2)
+    assert h.session.history[0]["content"].count("word") >= 7  # both parts, not the 3 words after the answer
+    await h.session.close()
+
+
+async def test_a_noise_right_after_the_answer_starts_only_pauses_it():
+    h = Harness(answer=" ".join(f"w{i}." for i in range(20)), reply_grace_ms=1000)
+    await h.feed(tone(0.5), realtime=False)
+    await h.feed(quiet(0.3))
+    await h.until(lambda: h.of(AgentAudio))
+    h.stt.text = ""  # a cough: no words
+    await h.feed(tone(0.3))
+    await h.feed(quiet(0.3))
+    h.stt.text = None
+    await h.until(lambda: h.finals("agent"), timeout=8)
+    assert h.of(Clear) == []
+    assert h.session.history[-1] == {"role": "assistant", "content": " ".join(f"w{i}." for i in range(20))}
+    await h.session.close()
+
+
+async def test_going_on_after_the_grace_is_a_barge_in_that_keeps_what_was_heard():
+    h = Harness(answer=" ".join(f"w{i}." for i in range(40)), reply_grace_ms=300)
+    await h.feed(tone(0.5), realtime=False)
+    await h.feed(quiet(0.3))
+    await h.until(lambda: h.of(AgentAudio))
+    await h.feed(quiet(0.5))
+    await h.feed(tone(0.5))
+    await h.until(lambda: h.of(Clear))
+    assert not [m for m in h.of(Metrics) if m.values.get("withdrawn")]
+    assert [m["role"] for m in h.session.history] == ["user", "assistant"]  # the heard part stays
+    await h.session.close()
+
+
+# Words, not "w1 w2": Whisper's "W4. W5." would pass as lone letters, backchannels by another rule.
+SPELLED = " ".join(
+    f"{word}."
+    for word in """alpha bravo charlie delta echo foxtrot golf hotel india juliett kilo lima mike november oscar
+    papa quebec romeo sierra tango red orange yellow green blue indigo violet black white grey brown pink""".split()
+)
+
+
+async def test_the_agents_own_voice_coming_back_does_not_interrupt_it():
+    h = Harness(answer=SPELLED, barge_in_force_ms=2000)
+    await h.feed(tone(0.5), realtime=False)
+    await h.feed(quiet(0.3))
+    await h.until(lambda: h.of(AgentAudio))
+    await h.feed(quiet(0.6))
+    h.stt.text = "Foxtrot. Golf. Hotel."  # what it was saying half a second ago, heard back
+    await h.feed(tone(0.5))
+    await h.feed(quiet(0.3))
+    assert h.of(Clear) == []
+    assert h.session._echo_heard
+    # Its own voice again: no pause this time, the words are checked first.
+    sent = len(h.of(AgentAudio))
+    h.stt.text = "juliett kilo lima"
+    await h.feed(tone(0.4))
+    assert len(h.of(AgentAudio)) - sent >= 15  # about 20 frames went out meanwhile
+    # The user's own words over the echo still stop it.
+    h.stt.text = "Stop, I want something else."
+    await h.feed(tone(0.5))
+    await h.until(lambda: h.of(Clear))
+    await h.session.close()
+
+
+async def test_echo_is_a_barge_in_when_echo_matching_is_off():
+    h = Harness(answer=SPELLED, barge_in_ignore_echo=0)
+    await h.feed(tone(0.5), realtime=False)
+    await h.feed(quiet(0.3))
+    await h.until(lambda: h.of(AgentAudio))
+    await h.feed(quiet(0.6))
+    h.stt.text = "Foxtrot. Golf. Hotel."
+    await h.feed(tone(0.5))
+    await h.until(lambda: h.of(Clear))
+    await h.session.close()
+
+
+async def test_the_echo_of_an_answers_last_words_is_not_a_user_turn():
+    h = Harness(answer="alpha. bravo. charlie. delta.")
+    await h.feed(tone(0.5), realtime=False)
+    await h.feed(quiet(0.3))
+    await h.until(lambda: h.finals("agent"))
+    h.stt.text = "Charlie. Delta."  # its last words, coming back through the room
+    await h.feed(tone(0.4))
+    await h.feed(quiet(0.5))
+    await asyncio.sleep(0.2)
+    assert len(h.llm.requests) == 1 and len(h.session.history) == 2
+    assert h.finals("user") == ["word word word word word."]
+    # The user's own words just as quickly are a turn, even run into the echo's last word.
+    h.stt.text = "Delta. And what about dessert?"
+    await h.feed(tone(0.4))
+    await h.feed(quiet(0.5))
+    await h.until(lambda: len(h.llm.requests) == 2)
     await h.session.close()

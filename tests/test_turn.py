@@ -1,6 +1,6 @@
 import pytest
 
-from voice_agent.turn import Completeness, TurnDetector, classify
+from voice_agent.turn import Completeness, TurnDetector, TurnSignals, classify, fused_completeness
 
 
 @pytest.mark.parametrize(
@@ -56,3 +56,67 @@ def test_no_transcript_yet_or_no_words():
     assert classify(None) is Completeness.INCOMPLETE  # the words are still being transcribed
     assert classify(".") is Completeness.UNKNOWN
     assert classify("...") is Completeness.UNKNOWN
+
+
+def signals(text, logprob=None, answer=None, audio=None):
+    return TurnSignals(text, end_of_turn_logprob=logprob, answer=answer, audio_end_probability=audio)
+
+
+@pytest.mark.parametrize(
+    "given, expected",
+    [
+        # Without other signals, the rules decide.
+        (signals("I'd like two tickets."), Completeness.COMPLETE),
+        # A broken-off sentence by the LLM's reckoning waits, whatever the punctuation says.
+        (signals("I have been using a demo", logprob=-21.4), Completeness.INCOMPLETE),
+        (signals("my flight lands.", logprob=-16.1), Completeness.UNKNOWN),
+        # A short reply the LLM doubts ("That sounds good." and then more) waits the middle silence.
+        (signals("That sounds good.", logprob=-3.1), Completeness.UNKNOWN),
+        (signals("That sounds good.", logprob=-0.8), Completeness.COMPLETE),
+        # No punctuation hint, but the LLM is sure: "We will arrive at around 730."
+        (signals("We will arrive at around 730.", logprob=-1.0), Completeness.COMPLETE),
+        (signals("I live at 42.", logprob=-2.0), Completeness.UNKNOWN),
+        # A level voice at a complete-looking sentence: Smart Turn hears it going on.
+        (signals("So this is the second pass.", logprob=-1.9, audio=0.19), Completeness.UNKNOWN),
+        (signals("So this is the second pass.", logprob=-1.9, audio=0.8), Completeness.COMPLETE),
+        # The dialogue state knows what was asked, and overrides the rules both ways.
+        (signals("It's 555.", logprob=-2.1, answer=Completeness.INCOMPLETE), Completeness.INCOMPLETE),
+        (signals("Okay.", logprob=-2.8, answer=Completeness.COMPLETE), Completeness.COMPLETE),
+        (signals(None, logprob=-0.1), Completeness.INCOMPLETE),  # the words are not transcribed yet
+    ],
+)
+def test_fused_completeness(given, expected):
+    assert fused_completeness(given) is expected
+
+
+def test_the_turn_ends_sooner_only_when_the_signals_agree():
+    detector = TurnDetector(complete_ms=350, default_ms=600, incomplete_ms=2000, confident_ms=200)
+    question = "What time do you close on Sundays?"
+    assert detector.required_silence_ms(signals(question, logprob=-0.07)) == 200
+    assert detector.required_silence_ms(signals(question, logprob=-0.07, audio=0.9)) == 200
+    assert detector.required_silence_ms(signals(question, logprob=-0.07, audio=0.1)) == 600  # the voice says more
+    assert detector.required_silence_ms(signals(question, logprob=-2.0)) == 350  # the LLM is not sure
+    assert detector.required_silence_ms(signals(question)) == 350  # the transcript alone is one signal
+    assert detector.required_silence_ms(question) == 350
+    assert detector.required_silence_ms(signals("I'd like a table for four people.", logprob=-0.3)) == 350
+    assert detector.required_silence_ms(signals("Yes.", logprob=-0.8, answer=Completeness.COMPLETE)) == 200
+    assert detector.required_silence_ms(signals("I want to go to", logprob=-24.0)) == 2000
+    assert detector.is_turn_over(210, signals(question, logprob=-0.07))
+    assert not detector.is_turn_over(210, signals(question, logprob=-2.0))
+
+
+def test_the_confident_silence_is_never_longer_than_the_complete_one():
+    detector = TurnDetector(complete_ms=150, confident_ms=200)
+    assert detector.required_silence_ms(signals("Are you open?", logprob=-0.1)) == 150
+
+
+def test_a_finished_statement_waits_longer_than_a_question():
+    detector = TurnDetector(complete_ms=350, default_ms=600, incomplete_ms=2000, confident_ms=200, statement_ms=550)
+    assert detector.required_silence_ms(signals("I'd like a table for four people.", logprob=-0.3)) == 550
+    assert detector.required_silence_ms(signals("Are you open tonight?")) == 350  # a question, the rules alone
+    assert detector.required_silence_ms(signals("Are you open tonight?", logprob=-0.2)) == 200
+    # The answer to what the agent asked is not a statement that may go on.
+    assert detector.required_silence_ms(signals("Yes.", answer=Completeness.COMPLETE)) == 200
+    assert detector.required_silence_ms(signals("That sounds good.", logprob=-3.1)) == 600
+    # Never sooner than a complete sentence's silence.
+    assert TurnDetector(complete_ms=700, statement_ms=550).required_silence_ms("I'd like a table.") == 700

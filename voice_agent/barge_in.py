@@ -15,6 +15,7 @@ import re
 from collections.abc import Iterable
 
 from .config import Settings
+from .echo import ECHO_SHARE, is_echo, timed_words
 
 BARGE_RECHECK_MS = 160  # more overlapping speech since the last check: look again
 
@@ -24,6 +25,7 @@ class BargeIn(enum.Enum):
     PAUSE = "pause"  # the agent falls silent; no new check now
     CHECK = "check"  # the agent falls silent and the words are checked
     INTERRUPT = "interrupt"  # the agent stops, whatever the words
+    LISTEN = "listen"  # the words are checked while the agent goes on: its own voice came back before
 
 
 class BargeInPolicy:
@@ -46,19 +48,36 @@ class BargeInPolicy:
             settings.barge_in_backchannels,
         )
 
-    def decide(self, speech_ms: float, checked_ms: float, checking: bool) -> BargeIn:
+    def decide(self, speech_ms: float, checked_ms: float, checking: bool, echo_heard: bool = False) -> BargeIn:
         """What ``speech_ms`` of speech over the agent calls for.
 
         ``checked_ms`` is the speech when the last check started (0 for none),
-        ``checking`` whether a check is still running.
+        ``checking`` whether a check is still running. ``echo_heard``: the
+        agent's own voice has come back in this session (a speakerphone), so
+        speech over it is likely more of it: the agent keeps talking until the
+        words say otherwise, rather than pausing for its own voice.
         """
         if speech_ms < self.min_speech_ms:
             return BargeIn.NONE
-        if self._backchannels is None or speech_ms >= self.force_ms:
+        # Long speech stops the agent whatever the words, unless its own voice comes
+        # back: then speech over it lasts as long as it talks, and the words decide.
+        if self._backchannels is None or (speech_ms >= self.force_ms and not echo_heard):
             return BargeIn.INTERRUPT
         if speech_ms < self.check_ms or checking or speech_ms - checked_ms < BARGE_RECHECK_MS:
-            return BargeIn.PAUSE
-        return BargeIn.CHECK
+            return BargeIn.NONE if echo_heard else BargeIn.PAUSE
+        return BargeIn.LISTEN if echo_heard else BargeIn.CHECK
+
+    @staticmethod
+    def is_own_voice(
+        heard: str, chunks: list[tuple[str, float, float]], playing_s: float, spoken_s: float, share: float = ECHO_SHARE
+    ) -> bool:
+        """Whether ``heard`` is the agent's answer coming back (:mod:`.echo`).
+
+        ``chunks`` are the answer's (text, start, end) in its audio,
+        ``playing_s`` where its playback is now, ``spoken_s`` how long the
+        overlapping speech lasts; ``share`` of the heard words must be the agent's.
+        """
+        return is_echo(heard, timed_words(chunks), playing_s - spoken_s, playing_s, share)
 
     def is_backchannel(self, text: str) -> bool:
         """Only acknowledgement words, or no words at all (a cough, a door).

@@ -109,6 +109,49 @@ class Settings:
         "turn",
     )
     max_turn_s: float = _opt(30.0, "A turn longer than this is committed at once.", "turn")
+    # docs/endpointing.md, "Turn signals": a question the LLM calls finished
+    # (end-of-turn logprob >= -1.2) is what the benchmark's questions are, and
+    # what none of the real meeting turns' mid-turn pauses was.
+    end_silence_confident_ms: int = _opt(
+        200,
+        "Silence that ends a turn when the signals agree it is over: a question the LLM calls "
+        "finished, or a whole answer to what the agent asked (a full phone number, yes to a yes/no question).",
+        "turn",
+    )
+    # As a question by default: 550 spared more real pauses offline (AMI: 12 of 31
+    # cut instead of 19) but not in the real group's eval (5 of 10 heard), and
+    # cost the benchmark about 60 ms of median (598 against 539 ms, one run each).
+    # docs/endpointing.md, "Turn signals".
+    end_silence_statement_ms: int = _opt(
+        350,
+        "Silence that ends a turn after a complete sentence that is not a question "
+        "(a statement may be followed by more; a question hands the turn over).",
+        "turn",
+    )
+    end_of_turn_llm: int = _opt(
+        1,
+        "1: ask the LLM how likely the user's words so far end their turn (llama.cpp only; "
+        "others give no answer) and weigh it in the end-of-turn decision; 0: do not ask.",
+        "turn",
+        (0, 1),
+    )
+    smart_turn_model: str = _opt(
+        "",
+        "Path to a Smart Turn v3.2 ONNX file (smart-turn-v3.2-cpu.onnx, in the pipecat-ai wheel): "
+        "an audio end-of-turn model weighed in the decision. Empty: not used.",
+        "turn",
+    )
+    # A speaker who was only pausing resumes within about half a second of the
+    # agent's voice (the agent starts 550 to 650 ms into a pause after a
+    # statement). Longer, and a listener's "mm-hm" or a cough pauses the agent
+    # until its words are checked: in scripts/bargein_eval, whose probes come
+    # 800 ms into the answer, 1000 paused it for 0.5 to 2.6 s on 4 of 7 noises.
+    reply_grace_ms: int = _opt(
+        700,
+        "After the agent starts answering, this long: if the user goes on speaking, the answer is "
+        "withdrawn at once (not kept in the history) and both parts become one user turn. 0: off.",
+        "turn",
+    )
     # The agent falls silent early and decides later: Whisper needs about 250 ms
     # of speech to tell "uh-huh" from words (at 150 ms it wrote "ah" and "in" for
     # them, scripts/bargein_eval), but silence can start before the words are known.
@@ -133,6 +176,13 @@ class Settings:
         "turn",
     )
     barge_in_force_ms: int = _opt(900, "User speech over the agent that interrupts it whatever the words.", "turn")
+    barge_in_ignore_echo: int = _opt(
+        1,
+        "1: speech over the agent whose words match what the agent was saying at that moment is its "
+        "own voice coming back (a speakerphone), not an interruption; 0: treat it as the user.",
+        "turn",
+        (0, 1),
+    )
 
     # LLM
     llm: str = _opt(

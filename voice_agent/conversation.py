@@ -83,6 +83,10 @@ class Conversation:
         question = {"role": "user", "content": self._fit_question(text, warn=True)}
         return [*self.prompt_prefix(estimate_tokens([question]), system_prompt), question]
 
+    def agent_last_words(self) -> str | None:
+        """What the agent said last (heard of it, if interrupted): the question a user may be answering."""
+        return next((m["content"] for m in reversed(self.history) if m["role"] == "assistant"), None)
+
     def remember(self, user_text: str, heard: str) -> Message:
         """Add an exchange (``user_text`` empty: words nobody asked for, like a greeting), then prefill.
 

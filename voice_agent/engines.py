@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from .config import Settings
 from .interfaces import STTBackend, TTSBackend, VADBackend
 from .llm.base import LLMBackend
+from .smart_turn import SmartTurn
 from .stt import WhisperSTT
 from .tts import PiperTTS
 from .vad import SileroVAD
@@ -22,6 +23,7 @@ class Engines:
     stt: STTBackend
     llm: LLMBackend
     tts: TTSBackend
+    smart_turn: SmartTurn | None = None  # the optional audio end-of-turn model (--smart-turn-model)
 
     async def warm_up(self) -> None:
         started = time.perf_counter()
@@ -33,6 +35,8 @@ class Engines:
     async def close(self) -> None:
         for engine in (self.stt, self.llm, self.tts):
             await engine.close()
+        if self.smart_turn is not None:
+            await self.smart_turn.close()
 
 
 def create_llm(settings: Settings) -> LLMBackend:
@@ -104,5 +108,9 @@ def load_engines(settings: Settings) -> Engines:
     )
     llm = create_llm(settings)
     tts = PiperTTS(settings.tts_voice, threads=settings.tts_threads)
+    smart_turn = None
+    if settings.smart_turn_model:
+        log.info("loading Smart Turn %s", settings.smart_turn_model)
+        smart_turn = SmartTurn(settings.smart_turn_model)
     log.info("models loaded in %.1f s", time.perf_counter() - started)
-    return Engines(vad=vad, stt=stt, llm=llm, tts=tts)
+    return Engines(vad=vad, stt=stt, llm=llm, tts=tts, smart_turn=smart_turn)

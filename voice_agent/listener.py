@@ -24,7 +24,7 @@ from .config import Settings
 from .interfaces import SpeechStream, STTBackend
 from .protocols.events import OutputEvent, Transcript
 from .timeline import AudioTimeline
-from .turn import TurnDetector
+from .turn import TurnDetector, TurnSignals
 from .user_turn import UserTurn
 from .vad import WINDOW, WINDOW_MS
 
@@ -97,6 +97,8 @@ class Listener:
             settings.end_silence_ms,
             settings.end_silence_incomplete_ms,
             settings.max_turn_s,
+            settings.end_silence_confident_ms,
+            settings.end_silence_statement_ms,
         )
         self._analysed = 0  # samples the VAD has seen
         self._speech_run_ms = 0.0
@@ -210,16 +212,18 @@ class Listener:
         turn.speculate()
         # Until the transcript of all the speech is in, assume the user goes on: a
         # partial may predate the last words ("We arrive." for "We arrive on").
-        text: str | None = None
+        signals = TurnSignals(None)
         if (speculative := turn.speculative_transcript()) is not None:
             text, stt_ms = speculative
             self._turn_taker.user_pauses(turn, text, stt_ms)
+            signals = turn.end_of_turn_signals(text)
         turn_ms = (now - turn.start) * 1000 / PIPELINE_RATE
-        if not self._detector.is_turn_over(silence_ms, text, turn_ms):
+        if not self._detector.is_turn_over(silence_ms, signals, turn_ms):
             return
         if probability >= RESUMING_PROBABILITY and turn.resuming_windows < RESUMING_WINDOWS:
             turn.resuming_windows += 1
             return
+        turn.decision = (signals, self._detector.required_silence_ms(signals))
         self._turn_taker.commit(turn)
 
     def _trim_audio(self) -> None:

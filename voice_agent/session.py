@@ -27,6 +27,7 @@ from .audio import PIPELINE_RATE
 from .barge_in import BargeIn, BargeInPolicy
 from .config import Settings
 from .conversation import Conversation
+from .echo import WHOLE_ECHO_SHARE
 from .engines import Engines
 from .listener import Listener
 from .llm.base import LLMBackend, Message
@@ -67,12 +68,21 @@ from .protocols.events import (
 from .reply import Reply
 from .turn import has_words
 from .turn_detection import turn_taking
+from .turn_signals import PauseSignals
 from .user_turn import TurnMetrics, UserTurn
 
 log = logging.getLogger(__name__)
 
 APOLOGY = "Sorry, something went wrong on my side. Could you say that again?"
 REMEMBERED_ANSWERS = 64  # answers a client may still truncate
+# A turn that begins this soon after an answer ended may be that answer's echo
+# coming back (the echo path, and the pre-roll kept before speech).
+ECHO_TAIL_S = 1.0
+
+
+def _timed_chunks(reply: Reply) -> list[tuple[str, float, float]]:
+    """Each chunk of ``reply`` the user may have heard: its text, and its start and end in the answer's audio."""
+    return [(c.text, c.start_s, c.end_s if c.end_s is not None else c.start_s + c.synthesized_s) for c in reply.chunks]
 
 
 class TurnState(enum.Enum):
@@ -92,10 +102,16 @@ class _Answer:
     number: int | None = None  # its response number, once it plays (ResponseStarted)
     task: asyncio.Task | None = None
     reply: Reply | None = None  # set once it is the reply the user hears
+    voiced_at: float | None = None  # when its first audio went out
+    grace_taken = False  # the user went on within the grace: the next speech window's turn may withdraw it
 
     @property
     def heard_nothing(self) -> bool:
         return self.reply is None or not self.reply.started_audio
+
+    def in_grace(self, now: float, grace_ms: float) -> bool:
+        """Whether the user going on now means they were not done (the graceful way out)."""
+        return self.turn_start is not None and self.voiced_at is not None and (now - self.voiced_at) * 1000 <= grace_ms
 
 
 @dataclass
@@ -129,6 +145,9 @@ class Session:
             settings, lambda messages: self.engines.llm.prefill(messages), session_id
         )
         self._answer: _Answer | None = None
+        self._echo_heard = False  # the agent's own voice came back in this session
+        self._finished: tuple[Reply, float] | None = None  # the last answer played to its end, and when
+        self.overlap_ms_total = 0.0  # agent voice heard by a user who was not done, over the session
         self._input_seen = False
         self.closed = False
         # What a client may choose for itself (the Realtime protocol's session.update):
@@ -241,33 +260,52 @@ class Session:
     # Turn taking: what the listener asks.
 
     def begin_turn(self, start: int) -> tuple[int, bool]:
-        if self._answer is not None and self._answer.heard_nothing:
+        answer = self._answer
+        if answer is not None and answer.heard_nothing:
             # The user went on before the agent said anything: one turn, not two.
-            if self._answer.turn_start is not None:
-                start = self._answer.turn_start
-            if self._answer.turn_id is not None:
-                self._emit(TurnIgnored(self._answer.turn_id, merged=True))
+            if answer.turn_start is not None:
+                start = answer.turn_start
+            if answer.turn_id is not None:
+                self._emit(TurnIgnored(answer.turn_id, merged=True))
             self._cancel_reason = "turn_detected"
             # The client hears of the new turn first, then of the answer it cancelled (_announce).
             self._cancel_answer(report=False)
+        elif (
+            answer is not None
+            and answer.reply is not None
+            and not self._echo_heard  # on a speakerphone its own voice would withdraw every answer
+            and answer.in_grace(self._clock(), self.settings.reply_grace_ms)
+        ):
+            # The user goes on right after the agent began: they were only pausing.
+            # Silent at once; if it is words, the answer is withdrawn (user_speaks).
+            answer.reply.pause()
+            answer.grace_taken = True
         return start, self.state is TurnState.SPEAKING
 
     def unanswered_start(self) -> int | None:
-        return self._answer.turn_start if self._answer is not None and self._answer.heard_nothing else None
+        answer = self._answer
+        if answer is None or not (answer.heard_nothing or answer.in_grace(self._clock(), self.settings.reply_grace_ms)):
+            return None
+        return answer.turn_start
 
     def user_speaks(self, turn: UserTurn) -> None:
         """Interrupt the agent for real speech, not for "mm-hm" or a cough (:mod:`.barge_in`)."""
         if not turn.over_agent:
             self._announce(turn)
-        if self._reply is None or not self.turn_detection.interrupt_response:
+        if self._answer is None or self._reply is None or not self.turn_detection.interrupt_response:
             return
+        if self._answer.grace_taken:
+            self._answer.grace_taken = False
+            turn.may_withdraw = True
         checking = turn.barge_check is not None and not turn.barge_check.done()
-        action = self.barge_in.decide(turn.speech_ms, turn.barge_checked_ms, checking)
+        echo_heard = self._echo_heard and not turn.may_withdraw
+        action = self.barge_in.decide(turn.speech_ms, turn.barge_checked_ms, checking, echo_heard)
         if action is BargeIn.INTERRUPT:
             self._yield_to(turn, "")
         elif action is not BargeIn.NONE:
-            self._reply.pause()  # fall silent at once, as a person would, while the words are checked
-            if action is BargeIn.CHECK:
+            if action is not BargeIn.LISTEN:
+                self._reply.pause()  # fall silent at once, as a person would, while the words are checked
+            if action in (BargeIn.CHECK, BargeIn.LISTEN):
                 turn.barge_checked_ms = turn.speech_ms
                 turn.barge_check = asyncio.create_task(self._check_barge_in(turn, turn.audio()))
 
@@ -279,6 +317,11 @@ class Session:
             text = "?"  # unknown words: treat as speech
         if self._reply is None:
             return
+        if self.settings.barge_in_ignore_echo and self._is_own_voice(turn, text):
+            log.log(logs.words_level(), "session %s: the agent's own voice: %r", self.id, text)
+            self._echo_heard = True
+            self._reply.resume()
+            return
         if self.barge_in.is_backchannel(text):
             log.log(logs.words_level(), "session %s: not an interruption: %r", self.id, text)
             self._reply.resume()
@@ -287,13 +330,57 @@ class Session:
         if self.listener.turn is not turn:
             self.commit(turn)  # it ended while we listened: answer it now that the agent is quiet
 
+    def _echoes_last_answer(self, turn: UserTurn, text: str) -> bool:
+        """A "turn" that began as the last answer's final words came back (a speakerphone's echo tail)."""
+        if not self.settings.barge_in_ignore_echo or self._finished is None:
+            return False
+        reply, ended_at = self._finished
+        began_at = self.listener.timeline.arrival_time(turn.start)
+        if began_at > ended_at + ECHO_TAIL_S:
+            return False
+        spoken_s = (turn.last_speech - turn.start) / PIPELINE_RATE
+        return self.barge_in.is_own_voice(text, _timed_chunks(reply), reply.heard_s(), spoken_s, WHOLE_ECHO_SHARE)
+
+    def _is_own_voice(self, turn: UserTurn, text: str) -> bool:
+        reply = self._reply
+        if reply is None:
+            return False
+        spoken_s = (turn.last_speech - turn.start) / PIPELINE_RATE
+        return self.barge_in.is_own_voice(text, _timed_chunks(reply), reply.heard_s(), spoken_s)
+
     def _yield_to(self, turn: UserTurn, text: str) -> None:
         log.info("session %s: barge-in after %.0f ms of speech", self.id, turn.speech_ms)
         log.log(logs.words_level(), "session %s: the words that interrupted: %r", self.id, text)
         turn.over_agent = False
         self._announce(turn)
         self._cancel_reason = "turn_detected"
-        self._interrupt()
+        if turn.may_withdraw and self._answer is not None and self._answer.turn_start is not None:
+            self._withdraw(turn, self._answer.turn_start)
+        else:
+            self._interrupt()
+
+    def _withdraw(self, turn: UserTurn, answered_start: int) -> None:
+        """The graceful way out: the user was not done. The answer goes, and both parts become one turn."""
+        reply = self._reply
+        if self._answer is not None and self._answer.turn_id is not None:
+            self._emit(TurnIgnored(self._answer.turn_id, merged=True))  # its words are this turn's now
+        self._cancel_answer()
+        overlap_ms = 0.0 if reply is None else reply.heard_s() * 1000.0
+        self.overlap_ms_total += overlap_ms
+        log.info("session %s: answer withdrawn, the user goes on (%.0f ms of it heard)", self.id, overlap_ms)
+        self._emit(Clear())
+        self._emit(
+            Metrics(
+                {
+                    "turn": None if reply is None else reply.turn,
+                    "withdrawn": True,
+                    "overlap_ms": round(overlap_ms, 1),
+                    "overlap_total_ms": round(self.overlap_ms_total, 1),
+                }
+            )
+        )
+        turn.extend_back(answered_start)
+        turn.may_withdraw = False
 
     def _interrupt(self) -> None:
         """Stop the agent now: every stage, the client's buffer, and the history."""
@@ -333,6 +420,7 @@ class Session:
         self._announce(turn)
         self._emit(TurnCommitted(turn.id, turn.last_speech * 1000 // PIPELINE_RATE))
         metrics = turn.metrics or TurnMetrics(turn.id)
+        metrics.record_decision(turn)
         timeline = self.listener.timeline
         metrics.speech_end = timeline.arrival_time(timeline.refine_end(turn.last_speech))
         metrics.endpoint_ms = (self._clock() - metrics.speech_end) * 1000.0
@@ -355,6 +443,11 @@ class Session:
             self._answer = None
             self._emit(TurnIgnored(turn.id))
             return
+        if self._echoes_last_answer(turn, text):
+            log.log(logs.words_level(), "session %s: turn %d was the agent's own voice: %r", self.id, turn.id, text)
+            self._echo_heard = True
+            self._answer = None
+            return
         self._emit(Transcript("user", text, final=True))
         if not self.turn_detection.create_response:
             self._answer = None
@@ -373,7 +466,24 @@ class Session:
         await self._play(answer, reply, running)
 
     def user_pauses(self, turn: UserTurn, text: str, stt_ms: float) -> None:
-        """Start answering the speculative transcript, held back until the turn is committed."""
+        """Ask the end-of-turn signals about the speculative transcript, and start answering it, held back."""
+        if self._echoes_last_answer(turn, text):
+            return  # nothing to prepare: the commit drops it
+        if turn.needs_signals and has_words(text) and self.state is not TurnState.SPEAKING:
+            # Asked before the answer starts: the LLM's reading is the start of the answer's
+            # own prompt evaluation, and the answer waits for it rather than repeat it.
+            turn.gather(
+                PauseSignals(
+                    text,
+                    self.conversation.agent_last_words(),
+                    self.engines.llm if self.settings.end_of_turn_llm else None,
+                    self.conversation.messages_for(text),
+                    self.engines.smart_turn,
+                    None
+                    if self.engines.smart_turn is None
+                    else self.listener.timeline.slice(turn.start, self.listener.timeline.received),
+                )
+            )
         if (
             not self.settings.preemptive_generation
             or not has_words(text)
@@ -438,6 +548,7 @@ class Session:
             self._emit(Error("reply_failed", f"the answer failed: {type(exc).__name__}"))
             failed = True
         if self._answer is answer:  # else it was cancelled, and said so
+            self._finished = (reply, self._clock())
             self._emit(Transcript("agent", reply.text, final=True))
             self._remember(reply, reply.text)
             self._answer = None
@@ -455,6 +566,8 @@ class Session:
                 self.conversation.truncate(message, reply.text_until(spoken.cut_s))
 
     def _report(self, reply: Reply, metrics: TurnMetrics) -> None:
+        if self._answer is not None and self._answer.reply is reply:
+            self._answer.voiced_at = reply.timings.first_audio_at
         values = metrics.values(reply.timings)
         log.info("session %s: metrics %s", self.id, values)
         self._emit(Metrics(values))

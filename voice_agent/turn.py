@@ -1,13 +1,19 @@
-"""End-of-turn decisions from VAD silence plus the transcript so far.
+"""End-of-turn decisions: how much silence ends the turn, from what the signals say.
 
 A pause after a complete sentence ends the turn quickly; a pause after "and",
 "the", "um" or a number is probably the user thinking, so it waits longer.
+The transcript rules (``classify``) are the base; the LLM's end-of-utterance
+probability, the dialogue state (what the agent asked for) and an audio
+end-of-turn model move a turn between those levels, and a question that every
+signal calls finished is answered sooner still (``TurnDetector``).
+docs/endpointing.md ("Turn signals") has the measurements behind the numbers.
 """
 
 from __future__ import annotations
 
 import enum
 import re
+from dataclasses import dataclass
 
 # Words after which a speaker almost always goes on, even when Whisper has
 # already put a full stop after them ("I'd like a table for."). Whisper writes
@@ -111,6 +117,76 @@ def _is_partial_phone_number(text: str) -> bool:
     return match is not None and 0 < sum(c.isdigit() for c in match.group(1)) < LOCAL_NUMBER_DIGITS
 
 
+# The LLM's log probability of the end-of-turn token after the user's words,
+# with the agent's last words in the prompt (llm.base.LLMBackend.end_of_turn_logprob).
+# Below LLM_UNFINISHED the sentence is broken off ("I have been using a demo":
+# -21, "my flight lands": -16, on the real and synthetic turns); a finished
+# question scores above LLM_FINISHED (-0.06 to -0.39 for the benchmark's
+# questions); a complete-looking sentence below LLM_UNSURE is a short reply
+# that often goes on ("That sounds good.": -3.1, "Okay.": -2.8, then more).
+LLM_UNFINISHED = -8.0
+LLM_UNSURE = -2.5
+LLM_FINISHED = -1.2
+# Smart Turn's probability that the speaker is done, from the sound of the last
+# words: below this, a complete-looking sentence was said with a rising or level
+# voice.
+AUDIO_FINISHED = 0.5
+
+
+@dataclass(frozen=True)
+class TurnSignals:
+    """What is known about the user's words at one moment of a pause. None: not known (yet)."""
+
+    transcript: str | None
+    end_of_turn_logprob: float | None = None
+    answer: Completeness | None = None  # dialogue_state.answer_completeness: does it answer what was asked?
+    audio_end_probability: float | None = None
+
+
+def fused_completeness(signals: TurnSignals) -> Completeness:
+    """The transcript rules, moved by the other signals where they disagree."""
+    if signals.transcript is None:
+        return Completeness.INCOMPLETE
+    if signals.answer is not None:
+        # "555" after "What's your phone number?" goes on; "Yes." after a yes/no question is done.
+        return signals.answer
+    level = classify(signals.transcript)
+    logprob = signals.end_of_turn_logprob
+    if logprob is not None:
+        if logprob < LLM_UNFINISHED:
+            level = Completeness.UNKNOWN if level is Completeness.COMPLETE else Completeness.INCOMPLETE
+        elif level is Completeness.COMPLETE and logprob < LLM_UNSURE:
+            level = Completeness.UNKNOWN
+        elif level is Completeness.UNKNOWN and logprob >= LLM_FINISHED:
+            level = Completeness.COMPLETE  # "We will arrive at around 730."
+    audio = signals.audio_end_probability
+    if audio is not None and level is Completeness.COMPLETE and audio < AUDIO_FINISHED:
+        level = Completeness.UNKNOWN
+    return level
+
+
+def _is_question(transcript: str | None) -> bool:
+    return transcript is not None and transcript.rstrip().endswith("?")
+
+
+def signals_agree_it_is_over(signals: TurnSignals) -> bool:
+    """A question, or the answer to the agent's question, that no signal doubts, and at least two signals back.
+
+    A user who asks something is waiting for the answer; so is one who has
+    just answered what the agent asked for.
+    """
+    if signals.transcript is None:
+        return False
+    if signals.answer is Completeness.COMPLETE:
+        return True
+    if fused_completeness(signals) is not Completeness.COMPLETE or not _is_question(signals.transcript):
+        return False
+    logprob, audio = signals.end_of_turn_logprob, signals.audio_end_probability
+    if logprob is None and audio is None:
+        return False
+    return (logprob is None or logprob >= LLM_FINISHED) and (audio is None or audio >= AUDIO_FINISHED)
+
+
 class TurnDetector:
     def __init__(
         self,
@@ -118,18 +194,32 @@ class TurnDetector:
         default_ms: int = 600,
         incomplete_ms: int = 2000,
         max_turn_s: float = 30.0,
+        confident_ms: int = 200,
+        statement_ms: int | None = None,
     ):
         self._silence_ms = {
             Completeness.COMPLETE: complete_ms,
             Completeness.UNKNOWN: default_ms,
             Completeness.INCOMPLETE: incomplete_ms,
         }
+        self.confident_ms = min(confident_ms, complete_ms)
+        # A finished statement may be followed by more ("Yes. ... And a dessert?");
+        # a question hands the turn over. None: statements wait like questions.
+        self.statement_ms = complete_ms if statement_ms is None else max(statement_ms, complete_ms)
         self.max_turn_ms = max_turn_s * 1000.0
 
-    def required_silence_ms(self, transcript: str | None) -> int:
-        return self._silence_ms[classify(transcript)]
+    def required_silence_ms(self, signals: TurnSignals | str | None) -> int:
+        """The silence that ends the turn; a bare transcript is the rules alone."""
+        if not isinstance(signals, TurnSignals):
+            signals = TurnSignals(signals)
+        if signals_agree_it_is_over(signals):
+            return self.confident_ms
+        level = fused_completeness(signals)
+        if level is Completeness.COMPLETE and signals.answer is None and not _is_question(signals.transcript):
+            return self.statement_ms
+        return self._silence_ms[level]
 
-    def is_turn_over(self, silence_ms: float, transcript: str | None, turn_ms: float = 0.0) -> bool:
+    def is_turn_over(self, silence_ms: float, signals: TurnSignals | str | None, turn_ms: float = 0.0) -> bool:
         if turn_ms >= self.max_turn_ms:
             return True
-        return silence_ms >= self.required_silence_ms(transcript)
+        return silence_ms >= self.required_silence_ms(signals)

@@ -19,6 +19,8 @@ from .audio import PIPELINE_RATE
 from .interfaces import STTBackend
 from .reply import Reply, ReplyTimings
 from .timeline import AudioTimeline
+from .turn import TurnSignals
+from .turn_signals import PauseSignals
 from .vad import WINDOW_MS
 
 SPEECH_TAIL_SAMPLES = PIPELINE_RATE // 10  # Whisper gets 100 ms past the last speech window
@@ -32,6 +34,9 @@ class TurnMetrics:
     stt_final_ms: float = 0.0
     stt_speculative: bool = False
     preemptive: bool = False
+    end_silence_ms: float | None = None  # the silence the end-of-turn signals asked for
+    end_of_turn_logprob: float | None = None
+    end_of_turn_llm_ms: float | None = None
 
     def values(self, timings: ReplyTimings) -> dict[str, float | bool | None]:
         """What a ``metrics`` event reports once the answer's first audio is out."""
@@ -46,7 +51,18 @@ class TurnMetrics:
             "llm_ttft_ms": _round(timings.llm_ttft_ms),
             "first_chunk_ms": _round(timings.first_chunk_ms),
             "tts_ttfa_ms": _round(timings.tts_ttfa_ms),
+            "end_silence_ms": _round(self.end_silence_ms),
+            "end_of_turn_logprob": None if self.end_of_turn_logprob is None else round(self.end_of_turn_logprob, 2),
+            "end_of_turn_llm_ms": _round(self.end_of_turn_llm_ms),
         }
+
+    def record_decision(self, turn: UserTurn) -> None:
+        """What the end-of-turn decision of ``turn`` was made on, for the ``metrics`` event."""
+        if turn.decision is None:
+            return
+        signals, self.end_silence_ms = turn.decision
+        self.end_of_turn_logprob = signals.end_of_turn_logprob
+        self.end_of_turn_llm_ms = None if turn.signals is None else turn.signals.llm_ms
 
 
 class UserTurn:
@@ -71,6 +87,12 @@ class UserTurn:
         self.barge_check: asyncio.Task | None = None
         self.barge_checked_ms = 0.0  # speech_ms when the last barge-in check started
         self.resuming_windows = 0  # windows of this pause that held the commit back
+        # The user began within --reply-grace-ms of the agent's answer: if this is
+        # speech, the answer is withdrawn and this turn continues the one it answered.
+        self.may_withdraw = False
+        self.signals: PauseSignals | None = None  # about the speculative transcript
+        self.decision: tuple[TurnSignals, float] | None = None  # the signals and silence that ended the turn
+        self._signals_upto = -1  # _speculative_upto that the signals are about
         self.metrics: TurnMetrics | None = None  # of the prepared answer
         self.announced = False  # the client was told it began (SpeechStarted)
         self._timeline = timeline
@@ -107,6 +129,37 @@ class UserTurn:
         if task is None or not task.done() or task.cancelled() or task.exception() is not None:
             return None
         return task.result()
+
+    def extend_back(self, start: int) -> None:
+        """The turn begins at ``start`` instead (it continues a turn whose answer was withdrawn).
+
+        What was transcribed or prepared for the later start alone is stale.
+        """
+        self.start = min(self.start, start)
+        if self._speculative is not None:
+            self._speculative.cancel()
+        self._speculative, self._speculative_upto = None, -1
+        self.drop_prepared()
+        if self.signals is not None:
+            self.signals.cancel()
+        self.signals, self._signals_upto = None, -1
+
+    @property
+    def needs_signals(self) -> bool:
+        """Whether the speculative transcript has no end-of-turn signals asked for yet."""
+        return self._signals_upto != self._speculative_upto
+
+    def gather(self, signals: PauseSignals) -> None:
+        """``signals`` are about the speculative transcript."""
+        if self.signals is not None:
+            self.signals.cancel()
+        self.signals, self._signals_upto = signals, self._speculative_upto
+
+    def end_of_turn_signals(self, transcript: str) -> TurnSignals:
+        """What is known about the speculative ``transcript`` now: at least the words."""
+        if self.signals is None or self._signals_upto != self._speculative_upto:
+            return TurnSignals(transcript)
+        return self.signals.current()
 
     async def final_transcript(self, metrics: TurnMetrics) -> str:
         """The transcript of the whole turn: the speculative one if it covers all the speech."""
@@ -148,7 +201,8 @@ class UserTurn:
     def tasks(self) -> list[asyncio.Task]:
         """Everything still running for this turn."""
         prepared = None if self._prepared is None else self._prepared[1]
-        return [t for t in (self._speculative, prepared, self.barge_check) if t is not None]
+        signals = [] if self.signals is None else self.signals.tasks()
+        return [t for t in (self._speculative, prepared, self.barge_check, *signals) if t is not None]
 
 
 def _round(value: float | None) -> float | None:

@@ -28,6 +28,15 @@ class LLMBackend(Protocol):
         """
         ...
 
+    async def end_of_turn_logprob(self, messages: list[Message]) -> float | None:
+        """Log probability that the last (user) message of ``messages`` is finished as it stands.
+
+        An optional signal for the turn decision: a backend that cannot read
+        the end-of-turn token's probability returns None, and the decision
+        falls back to the transcript rules.
+        """
+        ...
+
     async def warm_up(self) -> None:
         """Pay one-time costs (first evaluation, caches) before the first user."""
         ...

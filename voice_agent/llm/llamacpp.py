@@ -17,11 +17,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import os
+import time
 from collections.abc import AsyncGenerator, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
+
+import numpy as np
 
 from ..threads import iterate_in_thread
 from .base import Message
@@ -95,6 +99,7 @@ class LlamaCppBackend:
         self._executor = ThreadPoolExecutor(instances, thread_name_prefix="llm")
         self._changed: asyncio.Condition | None = None  # an instance was taken or given back
         self._instances: list[_Instance] = []
+        self._formatter: Any = None  # the chat template, for end_of_turn_logprob
         for i in range(instances):
             log.info("loading LLM %s (instance %d of %d)", self.model_path, i + 1, instances)
             self._instances.append(
@@ -163,6 +168,82 @@ class LlamaCppBackend:
                     yield delta
         finally:
             await self._give_back(instance)
+
+    async def end_of_turn_logprob(self, messages: list[Message]) -> float | None:
+        """Log probability that the last user message ends where its words end.
+
+        The probability of the token the chat template puts after a user's
+        message (``<|im_end|>`` for SmolLM2) right after the words so far: a
+        sentence cut off mid-way ("I want to go to") scores below -10, a
+        finished question about -1. Its prompt is the start of the prompt the
+        answer to these words evaluates, so the instance is marked as filling
+        its cache: the answer waits for it rather than evaluating it all
+        again elsewhere, and only the few template tokens after the words are
+        left for the answer. Only the words after the instance's cached prefix
+        are evaluated. None when no instance is idle: an end-of-turn guess
+        never makes an answer wait.
+        """
+        if self.idle_instances < 1:
+            return None
+        instance = await self._take(messages)
+        instance.prefilling = True
+        loop = asyncio.get_running_loop()
+        work = loop.run_in_executor(self._executor, self._end_of_turn_logprob, instance.llama, messages)
+        try:
+            return await asyncio.shield(work)
+        except asyncio.CancelledError:
+            await asyncio.wait([work])  # an evaluation cannot be stopped: the instance is free after it
+            raise
+        finally:
+            await self._give_back(instance)
+
+    def _end_of_turn_logprob(self, llama, messages: list[Message]) -> float | None:
+        from llama_cpp import llama_get_logits_ith
+
+        if llama.chat_format != "chat_template.default":
+            return None  # the answer is rendered by another formatter: the prefix would not match
+        started = time.perf_counter()
+        words = messages[-1]["content"]
+        prompt = self._chat_prompt(llama, messages)
+        cut = prompt.rfind(words)
+        if not words or cut < 0:
+            return None  # a template that rewrites the message: nothing to read
+        cut += len(words)
+        tokens = llama.tokenize(prompt[:cut].encode(), add_bos=False, special=True)
+        end_token = llama.tokenize(prompt[cut:].encode(), add_bos=False, special=True)[0]
+        # Keep the cached prefix; at least one token is evaluated, for its logits.
+        cached = 0
+        for mine, theirs in zip(llama._input_ids.tolist(), tokens[:-1]):
+            if mine != theirs:
+                break
+            cached += 1
+        llama.n_tokens = cached
+        llama.eval(tokens[cached:])
+        logits = np.ctypeslib.as_array(llama_get_logits_ith(llama.ctx, -1), shape=(llama.n_vocab(),))
+        logits = logits.astype(np.float64)
+        peak = logits.max()
+        logprob = float(logits[end_token] - peak - math.log(np.exp(logits - peak).sum()))
+        log.debug(
+            "end-of-turn logprob %.2f: %d tokens evaluated (%d cached) in %.0f ms",
+            logprob,
+            len(tokens) - cached,
+            cached,
+            (time.perf_counter() - started) * 1000,
+        )
+        return logprob
+
+    def _chat_prompt(self, llama, messages: list[Message]) -> str:
+        """``messages`` rendered by the GGUF's chat template, as create_chat_completion renders them."""
+        if self._formatter is None:
+            from llama_cpp.llama_chat_format import Jinja2ChatFormatter
+
+            model = llama._model
+            self._formatter = Jinja2ChatFormatter(
+                template=llama.metadata["tokenizer.chat_template"],
+                eos_token=model.token_get_text(llama.token_eos()),
+                bos_token=model.token_get_text(llama.token_bos()),
+            )
+        return self._formatter(messages=messages).prompt
 
     async def prefill(self, messages: list[Message]) -> None:
         """Evaluate ``messages`` into an instance's cache now, for a request that will start with them.

@@ -23,6 +23,9 @@ class ScriptedLLM:
     async def prefill(self, messages: list[Message]) -> None:
         pass
 
+    async def end_of_turn_logprob(self, messages: list[Message]) -> float | None:
+        return None
+
     async def warm_up(self) -> None:
         pass
 

@@ -291,3 +291,19 @@ async def test_a_failed_answer_ends_failed_and_the_apology_is_an_answer_of_its_o
     assert [(e.response, e.status) for e in h.of(ResponseEnded)] == [(1, "failed"), (2, "completed")]
     assert [e.response for e in h.of(ResponseStarted)] == [1, 2]
     await h.session.close()
+
+
+async def test_a_withdrawn_answer_is_cancelled_and_its_turn_merged_into_the_new_one():
+    h = Harness(answer=" ".join(f"w{i}." for i in range(40)), reply_grace_ms=1000)
+    await h.feed(tone(0.5), realtime=False)
+    await h.feed(quiet(0.3))
+    await h.until(lambda: h.of(AgentAudio))
+    await h.feed(quiet(0.2))  # the user resumes 200 ms after the answer started
+    await h.feed(tone(0.6))
+    await h.until(lambda: h.of(ResponseEnded))
+    first, second = h.of(SpeechStarted)
+    assert lifecycle(h)[3:] == ["ResponseStarted", "SpeechStarted", "TurnIgnored", "ResponseEnded:cancelled"]
+    assert h.of(TurnIgnored) == [TurnIgnored(first.turn, merged=True)]
+    assert h.of(ResponseEnded)[0].reason == "turn_detected"
+    assert second.turn != first.turn
+    await h.session.close()

@@ -100,8 +100,8 @@ class Settings:
     # more delay: use it where being cut off costs more than waiting.
     end_silence_complete_ms: int = _opt(350, "Silence that ends a turn after a complete sentence.", "turn")
     end_silence_ms: int = _opt(600, "Silence that ends a turn when the transcript gives no hint.", "turn")
-    # 2000, not 1200: speakers of the eval paused 1.3 and 1.5 s after "my" and
-    # "at" and were answered at 1.2 s; a turn that really ends on such a word is rare.
+    # Two seconds: speakers of the endpointing eval paused 1.3 and 1.5 s after "my"
+    # and "at" (docs/endpointing.md); a turn that really ends on such a word is rare.
     end_silence_incomplete_ms: int = _opt(
         2000,
         "Silence that ends a turn after a trailing conjunction, article, filler or number, "

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Protocol
 
 from starlette.websockets import WebSocket, WebSocketDisconnect
@@ -56,7 +57,7 @@ class Codec(Protocol):
 
     def receive_text(self, text: str) -> list[InputEvent]: ...
 
-    def send(self, event: OutputEvent) -> str | bytes | None: ...
+    def send(self, event: OutputEvent) -> str | bytes | list[str] | None: ...
 
 
 class ClientTooSlow(Exception):
@@ -79,10 +80,14 @@ async def run_session(
     settings: Settings,
     slot: Slot | None = None,
     metrics: ServerMetrics | None = None,
+    opening: Sequence[InputEvent] = (),
     agent: Agent | None = None,
     agent_voice: TTSBackend | None = None,
 ) -> None:
-    """Serve one accepted WebSocket until either side ends it. ``slot`` comes from the server's registry."""
+    """Serve one accepted WebSocket until either side ends it. ``slot`` comes from the server's registry.
+
+    ``opening`` is what the codec tells the session before the client says anything.
+    """
     slot = slot or Slot()
     metrics = metrics or ServerMetrics()
     session_id = logs.ensure_session()
@@ -100,7 +105,8 @@ async def run_session(
         if message is None:
             return
         try:
-            outbox.put_nowait(message)
+            for one in message if isinstance(message, list) else [message]:
+                outbox.put_nowait(one)
         except asyncio.QueueFull:
             overflow.set()
 
@@ -124,6 +130,8 @@ async def run_session(
             agent, settings, session_id, emit, engines.llm, protocol, tts=agent_voice or engines.tts
         )
     session = Session(engines, settings, emit, session_id, agent=agent_session)
+    for event in opening:
+        session.handle(event)
     slot.answering = lambda: session.answering
     limits = ClientLimits(settings)
     log.info("session %s: connected from %s", session_id, websocket.client)

@@ -78,31 +78,44 @@ class Conversation:
             session_id=session_id,
         )
 
-    def prompt_prefix(self, question_tokens: int = 0) -> list[Message]:
-        """The system prompt and the history that a question of ``question_tokens`` is asked after."""
-        system = [{"role": "system", "content": self.system_prompt}]
+    def prompt_prefix(self, question_tokens: int = 0, system_prompt: str | None = None) -> list[Message]:
+        """The system prompt (this session's unless given) and the history a question of ``question_tokens`` follows."""
+        system = [{"role": "system", "content": self.system_prompt if system_prompt is None else system_prompt}]
         budget = self._context_tokens - self._answer_tokens - question_tokens - estimate_tokens(system)
         return [*system, *recent_history(self.history, self._history_turns, budget)]
 
-    def messages_for(self, text: str) -> list[Message]:
-        """The whole prompt for the user's ``text``."""
+    def messages_for(self, text: str, system_prompt: str | None = None) -> list[Message]:
+        """The whole prompt for the user's ``text``; with no text, the prompt for an answer nobody asked for."""
+        if not text:
+            return self.prompt_prefix(system_prompt=system_prompt)
         question = {"role": "user", "content": self._fit_question(text, warn=True)}
-        return [*self.prompt_prefix(estimate_tokens([question])), question]
+        return [*self.prompt_prefix(estimate_tokens([question]), system_prompt), question]
 
     def agent_last_words(self) -> str | None:
         """What the agent said last (heard of it, if interrupted): the question a user may be answering."""
         return next((m["content"] for m in reversed(self.history) if m["role"] == "assistant"), None)
 
-    def remember(self, user_text: str, heard: str, tool_messages: list[Message] | None = None) -> None:
+    def remember(self, user_text: str, heard: str, tool_messages: list[Message] | None = None) -> Message:
         """Add an exchange (``user_text`` empty: words nobody asked for, like a greeting), then prefill.
 
         ``tool_messages``: an agent's tool calls and their results in this answer, kept before what was heard.
+        Returns the assistant's message, which a client may still cut to what it played (:meth:`truncate`).
         """
         if user_text:
             self.history.append({"role": "user", "content": self._fit_question(user_text, warn=False)})
         if tool_messages:
             self.history += tool_messages
-        self.history.append({"role": "assistant", "content": heard})
+        answer = {"role": "assistant", "content": heard}
+        self.history.append(answer)
+        self._prefill_soon()
+        return answer
+
+    def truncate(self, answer: Message, heard: str) -> None:
+        """Keep only ``heard`` of an answer in the history."""
+        answer["content"] = heard
+        self._prefill_soon()
+
+    def _prefill_soon(self) -> None:
         if self._prefilling is None or self._prefilling.done():
             self._prefilling = asyncio.create_task(self._prefill_next_prompt())
 

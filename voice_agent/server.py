@@ -1,6 +1,6 @@
 """HTTP and WebSocket routes.
 
-``/ws`` speaks the native protocol, ``/twilio`` and ``/telnyx`` speak Media
+``/ws`` speaks the native protocol, ``/v1/realtime`` the OpenAI Realtime protocol, ``/twilio`` and ``/telnyx`` speak Media
 Streams for phone calls (``POST /twilio/voice`` answers a call with the TwiML
 that connects it, see ``docs/telephony.md``), ``/`` serves the browser client
 from ``voice_agent/web/``, ``/healthz`` and ``/readyz`` are the liveness and readiness probes.
@@ -22,7 +22,7 @@ import contextlib
 import dataclasses
 import hmac
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import parse_qsl
@@ -42,7 +42,9 @@ from .connection import Codec, close_within, run_session
 from .engines import Engines, load_engines
 from .limits import Refused, SessionRegistry
 from .metrics import CONTENT_TYPE, ServerMetrics
+from .protocols.events import InputEvent
 from .protocols.native import NativeProtocol
+from .protocols.realtime import RealtimeProtocol
 from .protocols.telephony import TELNYX, TWILIO, Dialect, MediaStreamsProtocol
 from .twiml import bare_host, connect_stream, is_valid_signature, stream_url
 
@@ -90,7 +92,8 @@ class Runtime:
                 self.on_load_failure()
             return
         self.ready.set()
-        log.info("ready: ws://%s:%d/ws", self.settings.host, self.settings.port)
+        address = f"{self.settings.host}:{self.settings.port}"
+        log.info("ready: ws://%s/ws, OpenAI Realtime clients at base_url http://%s/v1", address, address)
 
     @property
     def telephony_streams_open(self) -> bool:
@@ -161,11 +164,14 @@ def create_app(
         await websocket.send_denial_response(response)
         return False
 
-    async def serve(websocket: WebSocket, codec: Codec, per_address: bool = True) -> None:
+    async def serve(
+        websocket: WebSocket, codec: Codec, per_address: bool = True, opening: Sequence[InputEvent] = ()
+    ) -> None:
         """Run a session on an accepted WebSocket, if the server can take one now.
 
         ``per_address``: count it towards the client address's limit. Phone calls do not: every call
         of a carrier may come from the same few addresses, and the stream token already vouches for them.
+        ``opening``: what the codec tells the session before the client says anything.
         """
         engines = runtime.engines
         try:
@@ -180,7 +186,15 @@ def create_app(
             return
         with slot:
             await run_session(
-                websocket, codec, engines, settings, slot, runtime.metrics, runtime.agent, runtime.agent_voice
+                websocket,
+                codec,
+                engines,
+                settings,
+                slot,
+                runtime.metrics,
+                opening,
+                agent=runtime.agent,
+                agent_voice=runtime.agent_voice,
             )
 
     async def native(websocket: WebSocket) -> None:
@@ -189,6 +203,20 @@ def create_app(
         logs.start_session()  # after the handshake checks: refused ones log outside sessions, rate-limited
         await websocket.accept()
         await serve(websocket, NativeProtocol(allow_client_prompt=settings.allow_client_prompt))
+
+    async def realtime(websocket: WebSocket) -> None:
+        """The OpenAI Realtime protocol; ``?model=`` is reported back whatever it names, ``?metrics=1`` adds ours."""
+        if not await allowed(websocket, check_token=True):
+            return
+        logs.start_session()  # after the handshake checks, as for /ws
+        await websocket.accept()
+        query = websocket.query_params
+        codec = RealtimeProtocol(
+            model=query.get("model", ""),
+            metrics=query.get("metrics") in ("1", "true"),
+            allow_client_prompt=settings.allow_client_prompt,
+        )
+        await serve(websocket, codec, opening=codec.opening())
 
     async def telephony(websocket: WebSocket, dialect: Dialect) -> None:
         # Phone networks cannot send our token: their streams carry telephony_token in the path instead.
@@ -266,6 +294,7 @@ def create_app(
 
     routes = [
         WebSocketRoute("/ws", native),
+        WebSocketRoute("/v1/realtime", realtime),
         WebSocketRoute("/twilio", twilio_stream),
         WebSocketRoute("/twilio/{token}", twilio_stream),
         WebSocketRoute("/telnyx", telnyx_stream),

@@ -144,7 +144,7 @@ class NativeProtocol:
 
     # Server to client.
 
-    def send(self, event: OutputEvent) -> str | bytes:
+    def send(self, event: OutputEvent) -> str | bytes | None:
         if isinstance(event, AgentAudio):
             return float_to_pcm16(event.samples)
         if isinstance(event, Transcript):
@@ -161,7 +161,7 @@ class NativeProtocol:
             return _json(type="call_ended", reason=event.reason)
         if isinstance(event, CallTransferred):
             return _json(type="transfer", to=event.to)
-        raise TypeError(f"not an output event: {event!r}")
+        return None  # an event this protocol has no message for (speech started, response ended...)
 
 
 _HANDLERS = {

@@ -30,8 +30,6 @@ from .client_options import MAX_PARAMETER_CHARS, MAX_PARAMETERS, is_parameter_ma
 from .events import (
     AgentAudio,
     AudioReceived,
-    CallEnded,
-    CallTransferred,
     Clear,
     Error,
     InputEvent,
@@ -265,11 +263,11 @@ class MediaStreamsProtocol:
             return self._message("mark", mark={"name": event.name})
         if isinstance(event, Clear):
             return self._message("clear")
-        if isinstance(event, (Transcript, Metrics, Error, CallEnded, CallTransferred)):
-            # No such message on a phone line: the connection and the session log them, and call control
-            # goes through the REST API.
-            return None
-        raise TypeError(f"not an output event: {event!r}")
+        if isinstance(event, (Transcript, Metrics, Error)):
+            return None  # no such message on a phone line; the connection and the session log them
+        # An event this protocol has no message for (speech started, response ended...); call control
+        # (CallEnded, CallTransferred) goes through Twilio's REST API instead.
+        return None
 
     def _message(self, event: str, **fields: Any) -> str:
         if self.dialect.address_replies:

@@ -6,6 +6,7 @@ import asyncio
 
 import numpy as np
 
+from voice_agent.answer import TurnState
 from voice_agent.config import Settings
 from voice_agent.engines import Engines
 from voice_agent.protocols.events import (
@@ -18,7 +19,7 @@ from voice_agent.protocols.events import (
     TextReceived,
     Transcript,
 )
-from voice_agent.session import Session, TurnState
+from voice_agent.session import Session
 from voice_agent.vad import WINDOW
 
 RATE = 16000
@@ -677,7 +678,7 @@ async def test_the_agents_own_voice_coming_back_does_not_interrupt_it():
     await h.feed(tone(0.5))
     await h.feed(quiet(0.3))
     assert h.of(Clear) == []
-    assert h.session._echo_heard
+    assert h.session.interruptions.echo_heard
     # Its own voice again: no pause this time, the words are checked first.
     sent = len(h.of(AgentAudio))
     h.stt.text = "juliett kilo lima"

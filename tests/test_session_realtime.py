@@ -100,7 +100,7 @@ async def test_an_unknown_voice_is_an_error_and_the_voice_stays():
     (error,) = h.of(Error)
     assert (error.code, error.event_id) == ("invalid_voice", "v1")
     (config,) = h.of(SessionConfig)
-    assert config.voice == h.session.voice and config.instructions == "Hi."
+    assert config.voice == h.session.control.voice and config.instructions == "Hi."
     await h.session.close()
 
 

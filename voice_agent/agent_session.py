@@ -122,6 +122,15 @@ class AgentSession:
         self._hooks: set[asyncio.Task] = set()  # hooks running in the background, referenced until done
         self._end_reason = "the client hung up, or a limit or shutdown closed it"
 
+    def recorded(self, emit: Callable[[OutputEvent], None]) -> Callable[[OutputEvent], None]:
+        """``emit``, with every event shown to this session's recorder first."""
+
+        def emit_recorded(event: OutputEvent) -> None:
+            self.recorder.observe_output(event)
+            emit(event)
+
+        return emit_recorded
+
     # Start.
 
     def begin(self, options: dict[str, Any], on_started: Callable[[CallContext], None] | None) -> None:
@@ -175,9 +184,12 @@ class AgentSession:
         if (agent_turn := self._turns.get(turn)) is not None:
             agent_turn.committed.set()
 
-    def user_turn(self, text: str) -> None:
+    def user_turn(self, text: str, speech: tuple[float, float] | None = None) -> None:
+        """A user turn was committed; a spoken one's ``speech`` starts and ends there in the session's audio (s)."""
         if self.context is not None:
             self._in_background(call_hook(self.agent.on_user_turn, self.context, text))
+        if speech is not None:
+            self.recorder.user_speech(*speech)
 
     def answer_ended(self, turn: int, heard: str, interrupted: bool) -> list[Message]:
         """An answer ended: run the hook and any call control it asked for; returns its tool messages for the history."""

@@ -56,6 +56,12 @@ class TurnMetrics:
             "end_of_turn_llm_ms": _round(self.end_of_turn_llm_ms),
         }
 
+    def record_commit(self, turn: UserTurn, timeline: AudioTimeline, now: float) -> None:
+        """``turn`` is committed at ``now``: when its speech really ended, and what the decision was made on."""
+        self.record_decision(turn)
+        self.speech_end = timeline.arrival_time(timeline.refine_end(turn.last_speech))
+        self.endpoint_ms = (now - self.speech_end) * 1000.0
+
     def record_decision(self, turn: UserTurn) -> None:
         """What the end-of-turn decision of ``turn`` was made on, for the ``metrics`` event."""
         if turn.decision is None:

@@ -1,0 +1,136 @@
+"""User speech while the agent has the floor: barge-in checks, and the agent's own voice coming back.
+
+The rule of when to pause, check or stop is :class:`~.barge_in.BargeInPolicy`;
+this runs its transcriptions and acts on them through the session: it pauses
+and resumes the reply the user hears, and hands the floor to the user. An
+answer the user interrupts within the grace after it began is withdrawn
+instead (:mod:`.turn_merge`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from . import log as logs
+from .audio import PIPELINE_RATE
+from .barge_in import BargeIn, BargeInPolicy
+from .echo import WHOLE_ECHO_SHARE
+from .protocols.events import TurnIgnored
+from .reply import Reply
+from .turn import has_words
+from .user_turn import UserTurn
+
+if TYPE_CHECKING:
+    from .session import Session
+
+log = logging.getLogger(__name__)
+
+# A turn that begins this soon after an answer ended may be that answer's echo
+# coming back (the echo path, and the pre-roll kept before speech).
+ECHO_TAIL_S = 1.0
+
+
+def timed_chunks(reply: Reply) -> list[tuple[str, float, float]]:
+    """Each chunk of ``reply`` the user may have heard: its text, and its start and end in the answer's audio."""
+    return [(c.text, c.start_s, c.end_s if c.end_s is not None else c.start_s + c.synthesized_s) for c in reply.chunks]
+
+
+class Interruptions:
+    def __init__(self, session: Session, policy: BargeInPolicy):
+        self._session = session
+        self.policy = policy
+        self.echo_heard = False  # the agent's own voice came back in this session
+        self._finished: tuple[Reply, float] | None = None  # the last answer played to its end, and when
+
+    def answer_finished(self, reply: Reply, at: float) -> None:
+        self._finished = (reply, at)
+
+    def user_speaks(self, turn: UserTurn) -> None:
+        """Another speech window of ``turn`` over the agent: interrupt it for real speech, not for "mm-hm"."""
+        session = self._session
+        answer, reply = session.answer, session.reply
+        if answer is None or reply is None or not session.control.turn_detection.interrupt_response:
+            return
+        if answer.grace_taken:
+            answer.grace_taken = False
+            turn.may_withdraw = True
+        checking = turn.barge_check is not None and not turn.barge_check.done()
+        echo_heard = self.echo_heard and not turn.may_withdraw
+        action = self.policy.decide(turn.speech_ms, turn.barge_checked_ms, checking, echo_heard)
+        if action is BargeIn.INTERRUPT:
+            self._yield_to(turn, "")
+        elif action is not BargeIn.NONE:
+            if action is not BargeIn.LISTEN:
+                reply.pause()  # fall silent at once, as a person would, while the words are checked
+            if action in (BargeIn.CHECK, BargeIn.LISTEN):
+                turn.barge_checked_ms = turn.speech_ms
+                turn.barge_check = asyncio.create_task(self._check(turn, turn.audio()))
+
+    async def _check(self, turn: UserTurn, audio: np.ndarray) -> None:
+        session = self._session
+        try:
+            text = await session.engines.stt.transcribe(audio)
+        except Exception:
+            log.exception("session %s: barge-in transcription failed", session.id)
+            text = "?"  # unknown words: treat as speech
+        reply = session.reply
+        if reply is None:
+            return
+        if session.settings.barge_in_ignore_echo and self._is_own_voice(turn, text, reply):
+            log.log(logs.words_level(), "session %s: the agent's own voice: %r", session.id, text)
+            self.echo_heard = True
+            reply.resume()
+            return
+        if self.policy.is_backchannel(text):
+            log.log(logs.words_level(), "session %s: not an interruption: %r", session.id, text)
+            reply.resume()
+            return
+        self._yield_to(turn, text)
+        if session.listener.turn is not turn:
+            session.commit(turn)  # it ended while we listened: answer it now that the agent is quiet
+
+    def not_for_agent(self, turn: UserTurn, text: str) -> bool:
+        """Whether committed ``turn`` is none of the agent's business: no words, a backchannel over it, its own voice."""
+        session = self._session
+        if not has_words(text) or (turn.over_agent and self.policy.is_backchannel(text)):
+            log.log(logs.words_level(), "session %s: turn %d had no words for the agent: %r", session.id, turn.id, text)
+            session.emit(TurnIgnored(turn.id))
+            return True
+        if self.echoes_last_answer(turn, text):
+            log.log(logs.words_level(), "session %s: turn %d was the agent's own voice: %r", session.id, turn.id, text)
+            self.echo_heard = True
+            return True
+        return False
+
+    def echoes_last_answer(self, turn: UserTurn, text: str) -> bool:
+        """A "turn" that began as the last answer's final words came back (a speakerphone's echo tail)."""
+        session = self._session
+        if not session.settings.barge_in_ignore_echo or self._finished is None:
+            return False
+        reply, ended_at = self._finished
+        began_at = session.listener.timeline.arrival_time(turn.start)
+        if began_at > ended_at + ECHO_TAIL_S:
+            return False
+        spoken_s = (turn.last_speech - turn.start) / PIPELINE_RATE
+        return self.policy.is_own_voice(text, timed_chunks(reply), reply.heard_s(), spoken_s, WHOLE_ECHO_SHARE)
+
+    def _is_own_voice(self, turn: UserTurn, text: str, reply: Reply) -> bool:
+        spoken_s = (turn.last_speech - turn.start) / PIPELINE_RATE
+        return self.policy.is_own_voice(text, timed_chunks(reply), reply.heard_s(), spoken_s)
+
+    def _yield_to(self, turn: UserTurn, text: str) -> None:
+        session = self._session
+        log.info("session %s: barge-in after %.0f ms of speech", session.id, turn.speech_ms)
+        log.log(logs.words_level(), "session %s: the words that interrupted: %r", session.id, text)
+        turn.over_agent = False
+        session.announce(turn)
+        session.cancel_reason = "turn_detected"
+        answer = session.answer
+        if turn.may_withdraw and answer is not None and answer.turn_start is not None:
+            session.merge.withdraw(turn, answer.turn_start)
+        else:
+            session.interrupt()

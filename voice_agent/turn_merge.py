@@ -1,0 +1,88 @@
+"""The graceful way out: a user who goes on after a pause was not done, so the two parts are one turn.
+
+Speech that starts before the user heard any of the answer cancels it, and
+the new turn starts where the answered one did. Speech that starts within
+``reply_grace_ms`` of the answer's first audio pauses it at once; if it turns
+out to be words, the answer is withdrawn and the turn reaches back to the
+start of the one it answered. Never once the agent's own voice came back: on
+a speakerphone its echo would withdraw every answer.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from .answer import TurnState
+from .protocols.events import Clear, Metrics, TurnIgnored
+from .user_turn import UserTurn
+
+if TYPE_CHECKING:
+    from .session import Session
+
+log = logging.getLogger(__name__)
+
+
+class TurnMerge:
+    def __init__(self, session: Session):
+        self._session = session
+        self.overlap_ms_total = 0.0  # agent voice heard by a user who was not done, over the session
+
+    def begin_turn(self, start: int) -> tuple[int, bool]:
+        """Speech from sample ``start``: where its turn really starts, and whether it is over the agent."""
+        session = self._session
+        answer = session.answer
+        if answer is not None and answer.heard_nothing:
+            # The user went on before the agent said anything: one turn, not two.
+            if answer.turn_start is not None:
+                start = answer.turn_start
+            if answer.turn_id is not None:
+                session.emit(TurnIgnored(answer.turn_id, merged=True))
+            session.cancel_reason = "turn_detected"
+            # The client hears of the new turn first, then of the answer it cancelled (Session.announce).
+            session.cancel_answer(report=False)
+        elif (
+            answer is not None
+            and answer.reply is not None
+            and not session.interruptions.echo_heard
+            and answer.in_grace(session.clock(), session.settings.reply_grace_ms)
+        ):
+            # The user goes on right after the agent began: they were only pausing.
+            # Silent at once; if it is words, the answer is withdrawn (withdraw).
+            answer.reply.pause()
+            answer.grace_taken = True
+        return start, session.state is TurnState.SPEAKING
+
+    def unanswered_start(self) -> int | None:
+        """The start of a committed turn's audio that may yet merge with the next turn."""
+        session = self._session
+        answer = session.answer
+        if answer is None or not (
+            answer.heard_nothing or answer.in_grace(session.clock(), session.settings.reply_grace_ms)
+        ):
+            return None
+        return answer.turn_start
+
+    def withdraw(self, turn: UserTurn, answered_start: int) -> None:
+        """The user was not done: the answer goes, and ``turn`` reaches back to ``answered_start``."""
+        session = self._session
+        answer, reply = session.answer, session.reply
+        if answer is not None and answer.turn_id is not None:
+            session.emit(TurnIgnored(answer.turn_id, merged=True))  # its words are this turn's now
+        session.cancel_answer()
+        overlap_ms = 0.0 if reply is None else reply.heard_s() * 1000.0
+        self.overlap_ms_total += overlap_ms
+        log.info("session %s: answer withdrawn, the user goes on (%.0f ms of it heard)", session.id, overlap_ms)
+        session.emit(Clear())
+        session.emit(
+            Metrics(
+                {
+                    "turn": None if reply is None else reply.turn,
+                    "withdrawn": True,
+                    "overlap_ms": round(overlap_ms, 1),
+                    "overlap_total_ms": round(self.overlap_ms_total, 1),
+                }
+            )
+        )
+        turn.extend_back(answered_start)
+        turn.may_withdraw = False

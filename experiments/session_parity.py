@@ -48,6 +48,9 @@ class LLM:
     async def stream_chat(self, messages):
         yield "Okay."
 
+    async def end_of_turn_logprob(self, messages):
+        return None  # no opinion: the end-of-turn rule decides on the words and the silence
+
 
 class TTS:
     sample_rate = 16000

@@ -1,0 +1,61 @@
+"""Speech over the agent through Interruptions' own methods, on a session with fake engines."""
+
+from __future__ import annotations
+
+from tests.test_session import Harness, quiet, tone
+from voice_agent.protocols.events import ResponseEnded, TurnIgnored
+from voice_agent.user_turn import UserTurn
+from voice_agent.vad import WINDOW
+
+ANSWER = "One two three. Four five six."
+
+
+def a_turn(h: Harness, over_agent: bool = False) -> UserTurn:
+    """A turn of 0.5 s of speech that begins now."""
+    timeline = h.session.listener.timeline
+    start = timeline.received
+    return UserTurn(42, start, start + 16 * WINDOW, speech_ms=500, over_agent=over_agent, timeline=timeline, stt=h.stt)
+
+
+async def test_turns_without_words_for_the_agent_are_ignored_and_said_so():
+    h = Harness()
+    interruptions = h.session.interruptions
+    assert interruptions.not_for_agent(a_turn(h), "  ")
+    assert interruptions.not_for_agent(a_turn(h, over_agent=True), "Mm-hm.")
+    assert [e.turn for e in h.of(TurnIgnored)] == [42, 42]
+    assert not interruptions.not_for_agent(a_turn(h), "Mm-hm.")  # not over the agent: an answer to it
+    assert not interruptions.not_for_agent(a_turn(h, over_agent=True), "Wait, what about Tuesday?")
+    assert len(h.of(TurnIgnored)) == 2 and not interruptions.echo_heard
+    await h.session.close()
+
+
+async def the_answer_played(h: Harness) -> None:
+    await h.feed(tone(0.5), realtime=False)
+    await h.feed(quiet(0.3))
+    await h.until(lambda: h.of(ResponseEnded))
+
+
+async def test_the_last_answers_words_coming_back_right_after_it_are_its_echo():
+    h = Harness(answer=ANSWER)
+    await the_answer_played(h)
+    interruptions = h.session.interruptions
+    assert interruptions.echoes_last_answer(a_turn(h), "five six")
+    assert not interruptions.echoes_last_answer(a_turn(h), "What about Tuesday?")
+    assert interruptions.not_for_agent(a_turn(h), "five six") and interruptions.echo_heard
+    assert not h.of(TurnIgnored)  # its own voice is dropped without a word to the client
+    await h.session.close()
+
+
+async def test_with_echo_ignoring_off_its_words_are_the_users():
+    h = Harness(answer=ANSWER, barge_in_ignore_echo=0)
+    await the_answer_played(h)
+    assert not h.session.interruptions.echoes_last_answer(a_turn(h), "five six")
+    await h.session.close()
+
+
+async def test_speech_while_the_agent_is_silent_is_not_checked():
+    h = Harness()
+    turn = a_turn(h)
+    h.session.interruptions.user_speaks(turn)
+    assert turn.barge_check is None and h.stt.calls == 0
+    await h.session.close()

@@ -24,11 +24,14 @@ from .barge_in import BargeIn, BargeInPolicy
 from .config import Settings
 from .conversation import Conversation
 from .echo import WHOLE_ECHO_SHARE
+from .echo_reference import INPUT_SAMPLES as ECHO_INPUT_SAMPLES
+from .echo_reference import EchoReference
 from .engines import Engines
 from .listener import Listener
 from .llm.base import LLMBackend, Message
 from .llm.scripted import ScriptedLLM
 from .protocols.events import (
+    AgentAudio,
     AudioReceived,
     Clear,
     Error,
@@ -99,8 +102,9 @@ class Session:
         self.engines = engines
         self.settings = settings
         self.id = session_id
-        self._emit = emit
+        self._send = emit
         self._clock = clock
+        self._output = EchoReference(clock())  # what the client plays: its echo is not the user
         self.listener = Listener(
             settings, engines.vad.stream(), lambda: self.engines.stt, emit, self, session_id, clock
         )
@@ -114,6 +118,13 @@ class Session:
         self.overlap_ms_total = 0.0  # agent voice heard by a user who was not done, over the session
         self._input_seen = False
         self.closed = False
+
+    def _emit(self, event: OutputEvent) -> None:
+        if isinstance(event, AgentAudio):
+            self._output.played(event.samples, self.sample_rate, self._clock())
+        elif isinstance(event, Clear):
+            self._output.cleared(self._clock())
+        self._send(event)
 
     @property
     def state(self) -> TurnState:
@@ -220,6 +231,13 @@ class Session:
         if answer is None or not (answer.heard_nothing or answer.in_grace(self._clock(), self.settings.reply_grace_ms)):
             return None
         return answer.turn_start
+
+    def hears_own_voice(self, end: int) -> bool:
+        if not self.settings.barge_in_ignore_echo:
+            return False
+        timeline = self.listener.timeline
+        heard = timeline.slice(end - ECHO_INPUT_SAMPLES, end)
+        return self._output.explains(heard, timeline.arrival_time(end))
 
     def user_speaks(self, turn: UserTurn) -> None:
         """Interrupt the agent for real speech, not for "mm-hm" or a cough (:mod:`.barge_in`)."""

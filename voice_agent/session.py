@@ -395,9 +395,15 @@ class Session:
         """Ask the end-of-turn signals about the speculative transcript, and start answering it, held back."""
         if self._echoes_last_answer(turn, text):
             return  # nothing to prepare: the commit drops it
+        prepare = (
+            self.settings.preemptive_generation
+            and has_words(text)
+            and turn.needs_answer
+            and self.state is not TurnState.SPEAKING  # speech over the agent: only a barge-in makes it a turn
+        )
         if turn.needs_signals and has_words(text) and self.state is not TurnState.SPEAKING:
-            # Asked before the answer starts: the LLM's reading is the start of the answer's
-            # own prompt evaluation, and the answer waits for it rather than repeat it.
+            # With an answer prepared, the LLM reads the signal in the answer's own prompt
+            # evaluation: no second evaluation, and the answer never waits for it.
             turn.gather(
                 PauseSignals(
                     text,
@@ -408,14 +414,10 @@ class Session:
                     None
                     if self.engines.smart_turn is None
                     else self.listener.timeline.slice(turn.start, self.listener.timeline.received),
+                    answering=prepare,
                 )
             )
-        if (
-            not self.settings.preemptive_generation
-            or not has_words(text)
-            or not turn.needs_answer
-            or self.state is TurnState.SPEAKING  # speech over the agent: only a barge-in makes it a turn
-        ):
+        if not prepare:
             return
         metrics = TurnMetrics(turn.id, stt_final_ms=stt_ms)
         messages = self.conversation.messages_for(text)

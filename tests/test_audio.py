@@ -3,6 +3,8 @@ import pytest
 
 from voice_agent.audio import (
     StreamResampler,
+    alaw_decode,
+    alaw_encode,
     float_to_pcm16,
     mulaw_decode,
     mulaw_encode,
@@ -62,3 +64,17 @@ def test_mulaw_round_trip_error_is_within_g711_quantisation():
     error = np.abs(decoded - pcm.astype(np.int32))
     # The quantisation step doubles per segment: at most 1/16 of the magnitude, plus the bias.
     assert np.all(error <= np.abs(pcm.astype(np.int32)) // 16 + 8)
+
+
+def test_alaw_is_bit_exact_with_the_g711_reference():
+    audioop = pytest.importorskip("audioop")  # Sun's g711.c, as in the ITU-T G.191 reference; gone in Python 3.13
+    pcm = np.arange(-32768, 32768, dtype=np.int32).astype(np.int16)
+    assert alaw_encode(pcm) == audioop.lin2alaw(pcm.astype("<i2").tobytes(), 2)
+    codes = bytes(range(256))
+    assert alaw_decode(codes).tolist() == np.frombuffer(audioop.alaw2lin(codes, 2), "<i2").tolist()
+
+
+def test_alaw_round_trip_error_is_within_g711_quantisation():
+    pcm = np.arange(-32768, 32768, 7, dtype=np.int32).astype(np.int16)
+    error = np.abs(alaw_decode(alaw_encode(pcm)).astype(np.int32) - pcm.astype(np.int32))
+    assert np.all(error <= np.maximum(np.abs(pcm.astype(np.int32)) // 32, 8) + 1)

@@ -15,6 +15,7 @@ from tests.conftest import free_port, start_server, stop_server
 from tests.speech import silence, speech
 from tests.vllm_support import GREEDY, metric, require_vllm, spoken_turn, start_vllm_serve
 from tests.wsclient import NativeClient
+from voice_agent.llm.base import ToolCall
 from voice_agent.llm.openai_compat import LLMError, OpenAICompatBackend, decode_event
 
 LONG_STORY = [
@@ -343,6 +344,32 @@ async def test_closing_the_stream_aborts_generation_in_vllm_serve(vllm_serve):
     tokens = metric(vllm_serve, "vllm:generation_tokens_total")
     await asyncio.sleep(1.0)
     assert metric(vllm_serve, "vllm:generation_tokens_total") == tokens, "no more tokens after the abort"
+    await backend.close()
+
+
+@pytest.mark.e2e
+async def test_a_tool_call_from_vllm_serve_is_assembled(vllm_serve):
+    # SmolLM2-135M calls no tool on its own; a named tool_choice makes vLLM write the call with guided decoding.
+    tool = {
+        "type": "function",
+        "function": {
+            "name": "check_availability",
+            "description": "Whether a table is free.",
+            "parameters": {
+                "type": "object",
+                "properties": {"time": {"type": "string"}, "party_size": {"type": "integer"}},
+                "required": ["time", "party_size"],
+            },
+        },
+    }
+    choice = {"type": "function", "function": {"name": "check_availability"}}
+    backend = OpenAICompatBackend(vllm_serve + "/v1", max_tokens=60, temperature=0, tool_choice=choice)
+    question = [{"role": "user", "content": "Is there a table for 4 at 19:30?"}]
+    items = [item async for item in backend.stream_chat(question, tools=[tool])]
+    calls = [item for item in items if isinstance(item, ToolCall)]
+    assert [c.name for c in calls] == ["check_availability"], items
+    arguments = json.loads(calls[0].arguments)
+    assert isinstance(arguments["time"], str) and isinstance(arguments["party_size"], int)
     await backend.close()
 
 

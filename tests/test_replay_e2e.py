@@ -94,7 +94,7 @@ turns:
   - file: {TURNS / "menu.flac"}
     expect: Tell me about your menu. What do you recommend for dinner and dessert?
   - file: {TURNS / "make_it_five.flac"}
-    start: barge-in:100
+    start: barge-in:1000
     expect: Sorry, make that five people, not four.
 """
     )

@@ -1,3 +1,30 @@
 """voice-agent: a real-time voice agent over one WebSocket."""
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
 __version__ = "0.1.0"
+__all__ = ["Agent", "CallContext", "tool", "create_app"]
+
+if TYPE_CHECKING:
+    from .agent import Agent, CallContext
+    from .server import create_app
+    from .tools import tool
+
+
+def __getattr__(name: str) -> Any:
+    # Imported on first use: `python -m voice_agent` and the replay client need none of the server's modules.
+    if name in ("Agent", "CallContext"):
+        from . import agent
+
+        return getattr(agent, name)
+    if name == "tool":
+        from .tools import tool
+
+        return tool
+    if name == "create_app":
+        from .server import create_app
+
+        return create_app
+    raise AttributeError(f"module 'voice_agent' has no attribute {name!r}")

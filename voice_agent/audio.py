@@ -1,7 +1,7 @@
 """Audio sample formats: PCM16 bytes, float32 arrays, μ-law, and resampling.
 
 The pipeline works on float32 mono in [-1, 1]. Wire formats are PCM16
-little-endian or G.711 μ-law, converted here and nowhere else.
+little-endian or G.711 μ-law or A-law, converted here and nowhere else.
 """
 
 from __future__ import annotations
@@ -91,3 +91,40 @@ def mulaw_encode(samples: np.ndarray) -> bytes:
     mantissa = (magnitude >> (exponent + 3)) & 0x0F
     code = ~(sign | (exponent << 4) | mantissa) & 0xFF
     return code.astype(np.uint8).tobytes()
+
+
+# G.711 A-law, bit-exact with the ITU-T G.191 reference implementation (g711.c):
+# 13-bit magnitude, 8 segments, even bits inverted on the wire (XOR 0x55).
+_ALAW_SEGMENT_ENDS = np.array([0x1F, 0x3F, 0x7F, 0xFF, 0x1FF, 0x3FF, 0x7FF, 0xFFF], dtype=np.int32)
+
+
+def _build_alaw_decode_table() -> np.ndarray:
+    codes = np.arange(256, dtype=np.int32) ^ 0x55
+    segment = (codes & 0x70) >> 4
+    magnitude = ((codes & 0x0F) << 4) + np.where(segment == 0, 8, 0x108)
+    magnitude = np.where(segment > 1, magnitude << np.maximum(segment - 1, 0), magnitude)
+    return np.where(codes & 0x80, magnitude, -magnitude).astype(np.int16)
+
+
+_ALAW_DECODE = _build_alaw_decode_table()
+
+
+def alaw_decode(data: bytes) -> np.ndarray:
+    """A-law bytes to int16 samples."""
+    return _ALAW_DECODE[np.frombuffer(data, dtype=np.uint8)]
+
+
+def alaw_encode(samples: np.ndarray) -> bytes:
+    """int16 samples to A-law bytes."""
+    pcm = samples.astype(np.int32) >> 3
+    mask = np.where(pcm >= 0, 0xD5, 0x55)
+    # Negative values use the one's complement, as in the reference (``alaw_compress``).
+    magnitude = np.where(pcm >= 0, pcm, -pcm - 1)
+    segment = np.searchsorted(_ALAW_SEGMENT_ENDS, magnitude)
+    shift = np.where(segment < 2, 1, segment)
+    code = np.where(
+        segment >= 8,
+        0x7F,
+        (np.minimum(segment, 7) << 4) | ((magnitude >> shift) & 0x0F),
+    )
+    return (code ^ mask).astype(np.uint8).tobytes()

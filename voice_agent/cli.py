@@ -97,7 +97,11 @@ def serve_command(settings: Settings) -> int:
         secrets=(settings.auth_token, settings.telephony_token, settings.twilio_auth_token),
         transcripts=settings.log_transcripts,
     )
-    app = create_app(settings)
+    try:
+        app = create_app(settings)
+    except ValueError as exc:  # a bad --agent spec: say which, without a traceback
+        print(f"voice-agent serve: {exc}", file=sys.stderr)
+        return 2
     config = uvicorn.Config(
         app,
         host=settings.host,

@@ -6,7 +6,7 @@ import enum
 
 
 class CloseCode(enum.IntEnum):
-    NORMAL_CLOSURE = 1000  # the session is over: idle timeout, session time limit
+    NORMAL_CLOSURE = 1000  # the session is over: idle timeout, session time limit, the agent ended the call
     GOING_AWAY = 1001  # the server is shutting down
     POLICY_VIOLATION = 1008  # the client broke a rule: too many messages, not reading, a wrong token
     INTERNAL_ERROR = 1011  # a bug in this session; the server and other sessions go on

@@ -100,8 +100,8 @@ class Settings:
     # more delay: use it where being cut off costs more than waiting.
     end_silence_complete_ms: int = _opt(350, "Silence that ends a turn after a complete sentence.", "turn")
     end_silence_ms: int = _opt(600, "Silence that ends a turn when the transcript gives no hint.", "turn")
-    # 2000, not 1200: speakers of the eval paused 1.3 and 1.5 s after "my" and
-    # "at" and were answered at 1.2 s; a turn that really ends on such a word is rare.
+    # Two seconds: speakers of the endpointing eval paused 1.3 and 1.5 s after "my"
+    # and "at" (docs/endpointing.md); a turn that really ends on such a word is rare.
     end_silence_incomplete_ms: int = _opt(
         2000,
         "Silence that ends a turn after a trailing conjunction, article, filler or number, "
@@ -406,6 +406,42 @@ class Settings:
         False,
         "Log what users said (transcripts, typed text) at INFO; off: only at DEBUG (see docs/operations.md).",
         "server",
+    )
+
+    # Agents (see docs/agents.md)
+    agent: str = _opt(
+        "",
+        "The agent to serve, as MODULE_OR_FILE:NAME (e.g. examples/restaurant/agent.py:agent): "
+        "a voice_agent.Agent with instructions, greeting, tools and hooks. Empty serves the plain "
+        "assistant of --system-prompt.",
+        "agent",
+    )
+    tool_timeout_s: float = _opt(10.0, "Longest a tool call may take; past it the model is told it timed out.", "agent")
+    # About 300 ms: a short lookup ends unnoticed, a longer wait is covered before it reads as a dead line.
+    tool_filler_ms: int = _opt(
+        300, 'A tool call still running after this long makes the agent say a filler ("One moment...").', "agent"
+    )
+    tool_filler_repeat_ms: int = _opt(2500, "Time between further fillers while a tool call goes on.", "agent")
+    tool_max_rounds: int = _opt(
+        4, "Tool rounds per answer; then the model is asked once more without tools, to answer in words.", "agent"
+    )
+    twilio_api_url: str = _opt(
+        "https://api.twilio.com",
+        "Base URL of Twilio's REST API, used by end_call and transfer_call on Twilio calls "
+        "(credentials from TWILIO_ACCOUNT_SID and TWILIO_AUTH_TOKEN, or TWILIO_API_KEY and TWILIO_API_SECRET).",
+        "agent",
+    )
+    session_report_dir: str = _opt(
+        "", "Write each session's report as DIR/SESSION_ID.json (and .wav with --record). Empty: none.", "agent"
+    )
+    session_report_url: str = _opt(
+        "", "POST each session's report as JSON to this URL, retried with backoff. Empty: none.", "agent"
+    )
+    record: bool = _opt(
+        False,
+        "Keep a stereo recording of each session (user left, agent right) for its report; it is held in "
+        "memory until the session ends (about 115 MB an hour at 16 kHz).",
+        "agent",
     )
 
     @classmethod

@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Protocol
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Protocol
 
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
@@ -27,8 +28,12 @@ from .engines import Engines
 from .limits import ClientLimits, Deadlines, Slot
 from .metrics import ServerMetrics
 from .printable import printable
-from .protocols.events import AudioReceived, Error, InputEvent, OutputEvent, TextReceived, Transcript
+from .protocols.events import AudioReceived, CallEnded, Error, InputEvent, OutputEvent, TextReceived, Transcript
 from .session import Session
+
+if TYPE_CHECKING:  # imported when a session serves an agent: the plain server loads none of it
+    from .agent import Agent
+    from .interfaces import TTSBackend
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +57,7 @@ class Codec(Protocol):
 
     def receive_text(self, text: str) -> list[InputEvent]: ...
 
-    def send(self, event: OutputEvent) -> str | bytes | None: ...
+    def send(self, event: OutputEvent) -> str | bytes | list[str] | None: ...
 
 
 class ClientTooSlow(Exception):
@@ -75,23 +80,33 @@ async def run_session(
     settings: Settings,
     slot: Slot | None = None,
     metrics: ServerMetrics | None = None,
+    opening: Sequence[InputEvent] = (),
+    agent: Agent | None = None,
+    agent_voice: TTSBackend | None = None,
 ) -> None:
-    """Serve one accepted WebSocket until either side ends it. ``slot`` comes from the server's registry."""
+    """Serve one accepted WebSocket until either side ends it. ``slot`` comes from the server's registry.
+
+    ``opening`` is what the codec tells the session before the client says anything.
+    """
     slot = slot or Slot()
     metrics = metrics or ServerMetrics()
     session_id = logs.ensure_session()
     outbox: asyncio.Queue[str | bytes] = asyncio.Queue(OUTBOX_LIMIT)
     overflow = asyncio.Event()
+    call_ended = asyncio.Event()
 
     def emit(event: OutputEvent) -> None:
         metrics.observe(event)
         if isinstance(event, Transcript) and event.final:
             log.log(logs.words_level(), "session %s: %s: %s", session_id, event.role, printable(event.text, 1000))
+        elif isinstance(event, CallEnded):
+            call_ended.set()
         message = codec.send(event)
         if message is None:
             return
         try:
-            outbox.put_nowait(message)
+            for one in message if isinstance(message, list) else [message]:
+                outbox.put_nowait(one)
         except asyncio.QueueFull:
             overflow.set()
 
@@ -105,13 +120,25 @@ async def run_session(
                 raise ClientTooSlow() from None
             outbox.task_done()
 
-    session = Session(engines, settings, emit, session_id)
+    agent_session = None
+    if agent is not None:
+        from .agent_session import AgentSession
+
+        dialect = getattr(codec, "dialect", None)
+        protocol = dialect.name if dialect is not None else "ws"
+        agent_session = AgentSession(
+            agent, settings, session_id, emit, engines.llm, protocol, tts=agent_voice or engines.tts
+        )
+    session = Session(engines, settings, emit, session_id, agent=agent_session)
+    for event in opening:
+        session.handle(event)
     slot.answering = lambda: session.answering
     limits = ClientLimits(settings)
     log.info("session %s: connected from %s", session_id, websocket.client)
     writer = asyncio.create_task(write())
     overflow_watch = asyncio.create_task(overflow.wait())
     close_watch = asyncio.create_task(slot.close_requested.wait())
+    end_watch = asyncio.create_task(call_ended.wait())
     receive: asyncio.Task | None = None
     try:
         with metrics.session():
@@ -119,7 +146,7 @@ async def run_session(
                 if receive is None:
                     receive = asyncio.create_task(websocket.receive())
                 done, _ = await asyncio.wait(
-                    {receive, writer, overflow_watch, close_watch},
+                    {receive, writer, overflow_watch, close_watch, end_watch},
                     timeout=limits.deadlines.remaining(),
                     return_when=asyncio.FIRST_COMPLETED,
                 )
@@ -133,6 +160,8 @@ async def run_session(
                     raise ClientTooSlow()
                 if close_watch in done:
                     raise Closing(slot.close_code, slot.close_reason)
+                if end_watch in done:
+                    raise Closing(CloseCode.NORMAL_CLOSURE, "call ended")
                 if writer in done:
                     writer.result()  # raises the writer's error: ClientTooSlow, or the connection's
                     return
@@ -155,7 +184,7 @@ async def run_session(
         metrics.errors.labels("internal_error").inc()
         await close_within(websocket, CloseCode.INTERNAL_ERROR, "internal error")
     finally:
-        tasks = [writer, overflow_watch, close_watch] + ([receive] if receive is not None else [])
+        tasks = [writer, overflow_watch, close_watch, end_watch] + ([receive] if receive is not None else [])
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)

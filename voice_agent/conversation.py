@@ -21,6 +21,7 @@ Between answers the system prompt and window go to the LLM's cache
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from collections.abc import Awaitable, Callable
 
@@ -34,7 +35,14 @@ MESSAGE_OVERHEAD_TOKENS = 4  # role markers and separators of a chat template
 
 
 def estimate_tokens(messages: list[Message]) -> int:
-    return sum(-(-len(m["content"]) // CHARS_PER_TOKEN) + MESSAGE_OVERHEAD_TOKENS for m in messages)
+    return sum(-(-_characters(m) // CHARS_PER_TOKEN) + MESSAGE_OVERHEAD_TOKENS for m in messages)
+
+
+def _characters(message: Message) -> int:
+    # An agent's tool calls are written into the prompt as JSON beside the content.
+    return len(message.get("content") or "") + (
+        len(json.dumps(message["tool_calls"])) if "tool_calls" in message else 0
+    )
 
 
 class Conversation:
@@ -70,26 +78,44 @@ class Conversation:
             session_id=session_id,
         )
 
-    def prompt_prefix(self, question_tokens: int = 0) -> list[Message]:
-        """The system prompt and the history that a question of ``question_tokens`` is asked after."""
-        system = [{"role": "system", "content": self.system_prompt}]
+    def prompt_prefix(self, question_tokens: int = 0, system_prompt: str | None = None) -> list[Message]:
+        """The system prompt (this session's unless given) and the history a question of ``question_tokens`` follows."""
+        system = [{"role": "system", "content": self.system_prompt if system_prompt is None else system_prompt}]
         budget = self._context_tokens - self._answer_tokens - question_tokens - estimate_tokens(system)
         return [*system, *recent_history(self.history, self._history_turns, budget)]
 
-    def messages_for(self, text: str) -> list[Message]:
-        """The whole prompt for the user's ``text``."""
+    def messages_for(self, text: str, system_prompt: str | None = None) -> list[Message]:
+        """The whole prompt for the user's ``text``; with no text, the prompt for an answer nobody asked for."""
+        if not text:
+            return self.prompt_prefix(system_prompt=system_prompt)
         question = {"role": "user", "content": self._fit_question(text, warn=True)}
-        return [*self.prompt_prefix(estimate_tokens([question])), question]
+        return [*self.prompt_prefix(estimate_tokens([question]), system_prompt), question]
 
     def agent_last_words(self) -> str | None:
         """What the agent said last (heard of it, if interrupted): the question a user may be answering."""
         return next((m["content"] for m in reversed(self.history) if m["role"] == "assistant"), None)
 
-    def remember(self, user_text: str, heard: str) -> None:
-        """Add an exchange (``user_text`` empty: words nobody asked for, like a greeting), then prefill."""
+    def remember(self, user_text: str, heard: str, tool_messages: list[Message] | None = None) -> Message:
+        """Add an exchange (``user_text`` empty: words nobody asked for, like a greeting), then prefill.
+
+        ``tool_messages``: an agent's tool calls and their results in this answer, kept before what was heard.
+        Returns the assistant's message, which a client may still cut to what it played (:meth:`truncate`).
+        """
         if user_text:
             self.history.append({"role": "user", "content": self._fit_question(user_text, warn=False)})
-        self.history.append({"role": "assistant", "content": heard})
+        if tool_messages:
+            self.history += tool_messages
+        answer = {"role": "assistant", "content": heard}
+        self.history.append(answer)
+        self._prefill_soon()
+        return answer
+
+    def truncate(self, answer: Message, heard: str) -> None:
+        """Keep only ``heard`` of an answer in the history."""
+        answer["content"] = heard
+        self._prefill_soon()
+
+    def _prefill_soon(self) -> None:
         if self._prefilling is None or self._prefilling.done():
             self._prefilling = asyncio.create_task(self._prefill_next_prompt())
 
@@ -121,8 +147,10 @@ class Conversation:
 
 
 def recent_history(history: list[Message], turns: int, budget_tokens: int | None = None) -> list[Message]:
-    """The last exchanges of ``history`` (user, assistant pairs) for the prompt.
+    """The last exchanges of ``history`` for the prompt.
 
+    An exchange starts at a user message and runs to the next one: the answer,
+    and an agent's tool calls and results, which are never split from it.
     At most ``turns`` exchanges, and at most ``budget_tokens`` (estimated).
     The oldest kept exchange moves in steps of half the window, not one at a
     time: an LLM reuses its cache only for an unchanged prompt prefix, and a
@@ -132,14 +160,15 @@ def recent_history(history: list[Message], turns: int, budget_tokens: int | None
     find the history already evaluated, for keeping on average a quarter fewer
     exchanges. The token bound drops exchanges in the same steps.
     """
-    exchanges = len(history) // 2
+    starts = [i for i, message in enumerate(history) if message["role"] == "user"]
+    exchanges = len(starts)
     if turns <= 0:
         return []
     step = max(1, turns // 2)
-    # Counted from the end: a greeting may stand alone before the first exchange.
+    # A greeting may stand alone before the first exchange: it goes with the first exchange dropped.
     dropped = 0 if exchanges <= turns else -(-(exchanges - turns) // step) * step  # rounded up to a whole step
-    kept = history if dropped == 0 else history[len(history) - 2 * (exchanges - dropped) :]
+    kept = history if dropped == 0 else history[starts[dropped] :] if dropped < exchanges else []
     while budget_tokens is not None and kept and estimate_tokens(kept) > budget_tokens:
         dropped = min(exchanges, dropped + step)
-        kept = history[len(history) - 2 * (exchanges - dropped) :] if dropped < exchanges else []
+        kept = history[starts[dropped] :] if dropped < exchanges else []
     return kept

@@ -41,6 +41,7 @@ VAD_HYSTERESIS = 0.15
 # RESUMING_WINDOWS a pause hold the commit back (96 ms).
 RESUMING_PROBABILITY = 0.1
 RESUMING_WINDOWS = 3
+MIN_COMMIT_SAMPLES = PIPELINE_RATE // 10  # a client commit needs 100 ms of audio, as the Realtime API's does
 # The soxr high-quality filter holds back about 66 ms of 8 kHz input, medium
 # quality about 26 ms; VAD and Whisper do not hear the difference, the user does.
 INPUT_RESAMPLE_QUALITY = "MQ"
@@ -109,6 +110,42 @@ class Listener:
         self._echo_end = 0  # the end of the last speech window that was the agent's own voice
         self._speech_run_ms = 0.0
         self._partial_task: asyncio.Task | None = None
+        self._preroll = PREROLL_SAMPLES
+        # Manual turns (the Realtime protocol's turn_detection null): no VAD; the
+        # client commits the audio since the last commit or clear.
+        self.manual = False
+        self._buffer_start = 0
+
+    def configure(self, settings: Settings, preroll_samples: int, manual: bool) -> None:
+        """This session's own VAD threshold and end-of-turn silences, pre-roll, and who ends turns."""
+        self.settings = settings
+        self._detector = TurnDetector(
+            settings.end_silence_complete_ms,
+            settings.end_silence_ms,
+            settings.end_silence_incomplete_ms,
+            settings.max_turn_s,
+        )
+        self._preroll = preroll_samples
+        if manual and not self.manual:
+            self.clear()
+        self.manual = manual
+
+    def clear(self) -> None:
+        """Forget the audio not committed yet: the turn under way, or the manual buffer."""
+        self._buffer_start = self.timeline.received
+        self._speech_run_ms = 0.0
+        turn, self.turn = self.turn, None
+        if turn is not None:
+            for task in turn.tasks():
+                task.cancel()
+
+    def take_buffer(self) -> tuple[int, int] | None:
+        """Manual turns: the audio (start, end) since the last commit or clear, or None if under 100 ms."""
+        start, end = self._buffer_start, self.timeline.received
+        if end - start < MIN_COMMIT_SAMPLES:
+            return None
+        self._buffer_start = end
+        return start, end
 
     def set_sample_rate(self, rate: int) -> None:
         self.sample_rate = rate
@@ -120,6 +157,9 @@ class Listener:
         if not len(samples):
             return
         self.timeline.append(samples)
+        if self.manual:
+            self._trim_audio()
+            return
         for probability in self._vad.process(samples):
             self._analysed += WINDOW
             self._on_window(probability)
@@ -138,7 +178,7 @@ class Listener:
             elif self._speech_run_ms >= self.settings.vad_min_speech_ms:
                 run = int(self._speech_run_ms * PIPELINE_RATE / 1000)
                 # The pre-roll stops at the agent's echo: Whisper would read its words as the user's.
-                start = max(self.timeline.start, end - run - PREROLL_SAMPLES, self._echo_end)
+                start = max(self.timeline.start, end - run - self._preroll, self._echo_end)
                 start, over_agent = self._turn_taker.begin_turn(start)
                 self.turn = UserTurn(
                     next(self.turn_ids),
@@ -206,7 +246,9 @@ class Listener:
             if start is not None:
                 keep_from = min(keep_from, start)
         if self.turn is None and pending is None:
-            keep_from = max(keep_from, received - IDLE_KEEP_SAMPLES)
+            keep_from = max(keep_from, received - max(self._preroll, IDLE_KEEP_SAMPLES))
+        if self.manual:  # the uncommitted buffer, at most the last max_turn_s of it like a turn
+            keep_from = max(self._buffer_start, received - int(self.settings.max_turn_s * PIPELINE_RATE))
         self.timeline.trim(keep_from)
 
     async def close(self) -> None:

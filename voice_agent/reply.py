@@ -266,8 +266,16 @@ class Reply:
             estimate = max(offset, min(estimate, offset + self._clock() - confirmed_at))
         return min(estimate, self._sent_s)
 
+    @property
+    def sent_s(self) -> float:
+        """Seconds of audio sent to the client so far."""
+        return self._sent_s
+
     def heard_text(self) -> str:
-        heard = self.heard_s()
+        return self.text_until(self.heard_s())
+
+    def text_until(self, heard: float) -> str:
+        """The words spoken in the first ``heard`` seconds of the answer's audio."""
         words: list[str] = []
         for chunk in self.chunks:
             if heard <= chunk.start_s:

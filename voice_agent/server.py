@@ -1,6 +1,6 @@
 """HTTP and WebSocket routes.
 
-``/ws`` speaks the native protocol, ``/twilio`` and ``/telnyx`` speak Media
+``/ws`` speaks the native protocol, ``/v1/realtime`` the OpenAI Realtime protocol, ``/twilio`` and ``/telnyx`` speak Media
 Streams for phone calls (``POST /twilio/voice`` answers a call with the TwiML
 that connects it, see ``docs/telephony.md``), ``/`` serves the browser client
 from ``voice_agent/web/``, ``/healthz`` and ``/readyz`` are the liveness and readiness probes.
@@ -19,10 +19,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import hmac
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import parse_qsl
 
 from starlette.applications import Starlette
@@ -40,9 +42,15 @@ from .connection import Codec, close_within, run_session
 from .engines import Engines, load_engines
 from .limits import Refused, SessionRegistry
 from .metrics import CONTENT_TYPE, ServerMetrics
+from .protocols.events import InputEvent
 from .protocols.native import NativeProtocol
+from .protocols.realtime import RealtimeProtocol
 from .protocols.telephony import TELNYX, TWILIO, Dialect, MediaStreamsProtocol
 from .twiml import bare_host, connect_stream, is_valid_signature, stream_url
+
+if TYPE_CHECKING:  # the agent modules load only when an agent is served
+    from .agent import Agent
+    from .interfaces import TTSBackend
 
 log = logging.getLogger(__name__)
 
@@ -53,9 +61,11 @@ MAX_WEBHOOK_BYTES = 64 * 1024
 class Runtime:
     """What the routes share: settings and, once loaded, the engines."""
 
-    def __init__(self, settings: Settings, engines: Engines | None = None):
+    def __init__(self, settings: Settings, engines: Engines | None = None, agent: Agent | None = None):
         self.settings = settings
         self.engines = engines
+        self.agent = agent
+        self.agent_voice: TTSBackend | None = None
         self.ready = asyncio.Event()
         self.sessions = SessionRegistry(settings.max_sessions, settings.max_sessions_per_client)
         self.metrics = ServerMetrics()
@@ -71,6 +81,10 @@ class Runtime:
         try:
             self.engines = await asyncio.to_thread(load_engines, self.settings)
             await self.engines.warm_up()
+            if self.agent is not None:
+                from .agent_session import prepare_agent
+
+                self.agent_voice = await prepare_agent(self.agent, self.engines, self.settings)
         except Exception:
             log.exception("loading the models failed; the server cannot serve and stops")
             self.load_failed = True
@@ -78,7 +92,8 @@ class Runtime:
                 self.on_load_failure()
             return
         self.ready.set()
-        log.info("ready: ws://%s:%d/ws", self.settings.host, self.settings.port)
+        address = f"{self.settings.host}:{self.settings.port}"
+        log.info("ready: ws://%s/ws, OpenAI Realtime clients at base_url http://%s/v1", address, address)
 
     @property
     def telephony_streams_open(self) -> bool:
@@ -100,8 +115,24 @@ class Runtime:
             log.info("/metrics asks for the auth token (--public-metrics opens it)")
 
 
-def create_app(settings: Settings, engines: Engines | None = None) -> Starlette:
-    runtime = Runtime(settings, engines)
+def create_app(
+    settings: Settings | None = None, engines: Engines | None = None, *, agent: Agent | None = None
+) -> Starlette:
+    """The server as a Starlette app: mount it in an existing app, or run it with any ASGI server.
+
+    ``agent`` serves a :class:`~voice_agent.agent.Agent` (else the one
+    ``settings.agent`` names, else the plain assistant of ``settings.system_prompt``).
+    """
+    settings = settings or Settings.from_sources()
+    if agent is None and (
+        settings.agent or settings.session_report_dir or settings.session_report_url or settings.record
+    ):
+        from .agent import agent_from_settings
+
+        agent = agent_from_settings(settings)
+    if agent is not None and agent.voice and not settings.tts_voice:
+        settings = dataclasses.replace(settings, tts_voice=agent.voice)
+    runtime = Runtime(settings, engines, agent)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette):
@@ -112,6 +143,10 @@ def create_app(settings: Settings, engines: Engines | None = None) -> Starlette:
         lag_watch.cancel()
         if loader is not None:
             loader.cancel()
+        if runtime.agent is not None:
+            from .session_report import wait_for_deliveries
+
+            await wait_for_deliveries(5.0)
         if runtime.engines is not None and engines is None:
             await runtime.engines.close()
 
@@ -129,11 +164,14 @@ def create_app(settings: Settings, engines: Engines | None = None) -> Starlette:
         await websocket.send_denial_response(response)
         return False
 
-    async def serve(websocket: WebSocket, codec: Codec, per_address: bool = True) -> None:
+    async def serve(
+        websocket: WebSocket, codec: Codec, per_address: bool = True, opening: Sequence[InputEvent] = ()
+    ) -> None:
         """Run a session on an accepted WebSocket, if the server can take one now.
 
         ``per_address``: count it towards the client address's limit. Phone calls do not: every call
         of a carrier may come from the same few addresses, and the stream token already vouches for them.
+        ``opening``: what the codec tells the session before the client says anything.
         """
         engines = runtime.engines
         try:
@@ -147,7 +185,17 @@ def create_app(settings: Settings, engines: Engines | None = None) -> Starlette:
             await close_within(websocket, CloseCode.TRY_AGAIN_LATER, str(refused))
             return
         with slot:
-            await run_session(websocket, codec, engines, settings, slot, runtime.metrics)
+            await run_session(
+                websocket,
+                codec,
+                engines,
+                settings,
+                slot,
+                runtime.metrics,
+                opening,
+                agent=runtime.agent,
+                agent_voice=runtime.agent_voice,
+            )
 
     async def native(websocket: WebSocket) -> None:
         if not await allowed(websocket, check_token=True):
@@ -155,6 +203,20 @@ def create_app(settings: Settings, engines: Engines | None = None) -> Starlette:
         logs.start_session()  # after the handshake checks: refused ones log outside sessions, rate-limited
         await websocket.accept()
         await serve(websocket, NativeProtocol(allow_client_prompt=settings.allow_client_prompt))
+
+    async def realtime(websocket: WebSocket) -> None:
+        """The OpenAI Realtime protocol; ``?model=`` is reported back whatever it names, ``?metrics=1`` adds ours."""
+        if not await allowed(websocket, check_token=True):
+            return
+        logs.start_session()  # after the handshake checks, as for /ws
+        await websocket.accept()
+        query = websocket.query_params
+        codec = RealtimeProtocol(
+            model=query.get("model", ""),
+            metrics=query.get("metrics") in ("1", "true"),
+            allow_client_prompt=settings.allow_client_prompt,
+        )
+        await serve(websocket, codec, opening=codec.opening())
 
     async def telephony(websocket: WebSocket, dialect: Dialect) -> None:
         # Phone networks cannot send our token: their streams carry telephony_token in the path instead.
@@ -232,6 +294,7 @@ def create_app(settings: Settings, engines: Engines | None = None) -> Starlette:
 
     routes = [
         WebSocketRoute("/ws", native),
+        WebSocketRoute("/v1/realtime", realtime),
         WebSocketRoute("/twilio", twilio_stream),
         WebSocketRoute("/twilio/{token}", twilio_stream),
         WebSocketRoute("/telnyx", telnyx_stream),

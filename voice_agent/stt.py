@@ -17,7 +17,7 @@ Loading the model limits numpy's BLAS (OpenBLAS) to one thread for the whole
 process. The log-mel features are a numpy matrix product, and OpenBLAS's extra
 thread busy-waits for new work after each one, holding a core that the
 encoder right after it needed: a 3 s utterance took 134 ms with 2 CTranslate2
-threads and 81 ms with OpenBLAS at one thread (2 cores, 2026-11-22). Nothing
+threads and 81 ms with OpenBLAS at one thread (2 cores; docs/results/latency.md). Nothing
 in the pipeline has matrices large enough for a second BLAS thread to pay.
 """
 

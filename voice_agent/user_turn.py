@@ -94,6 +94,7 @@ class UserTurn:
         self.decision: tuple[TurnSignals, float] | None = None  # the signals and silence that ended the turn
         self._signals_upto = -1  # _speculative_upto that the signals are about
         self.metrics: TurnMetrics | None = None  # of the prepared answer
+        self.announced = False  # the client was told it began (SpeechStarted)
         self._timeline = timeline
         self._stt = stt
         self._clock = clock

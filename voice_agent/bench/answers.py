@@ -46,7 +46,7 @@ from ..speakable import speakable, unspeakable
 QUESTIONS_FILE = "answers_questions.json"
 RATE = 16000
 
-# The bar of issue 19, checked on the defaults.
+# The quality bar the defaults must meet (docs/answers.md).
 MAX_WORD_RUN = 2  # a run of 3 is a loop
 MAX_TRIGRAM_SHARE = 0.15  # per answer, below this
 LONG_ANSWER_WORDS = 40

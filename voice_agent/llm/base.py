@@ -3,21 +3,53 @@
 A backend streams the answer to a chat as text deltas. Aborting is closing
 the stream (``aclose()``, or cancelling the task that iterates it): every
 backend must then stop generating, so a barge-in frees the engine at once.
+
+Tools (function calling): ``stream_chat(messages, tools=...)`` takes tool
+definitions in the OpenAI ``tools`` format. A backend that can call tools
+yields a :class:`ToolCall` for each call the model makes, after any text of
+that answer; one that cannot ignores ``tools`` and says so in
+``supports_tools``. Without ``tools`` a backend yields only text, as before.
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncGenerator
-from typing import Protocol
+from dataclasses import dataclass
+from typing import Any, Protocol, overload
 
-Message = dict[str, str]  # {"role": "system" | "user" | "assistant", "content": ...}
+# {"role": "system" | "user" | "assistant" | "tool", "content": ...}, plus
+# "tool_calls" on an assistant message and "tool_call_id" on a tool message.
+Message = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """One call the model asked for: ``arguments`` is the JSON text the model wrote."""
+
+    id: str
+    name: str
+    arguments: str
+
+    def as_message_part(self) -> dict[str, Any]:
+        """This call as an entry of an assistant message's ``tool_calls``."""
+        return {"id": self.id, "type": "function", "function": {"name": self.name, "arguments": self.arguments}}
 
 
 class LLMBackend(Protocol):
     name: str
 
-    def stream_chat(self, messages: list[Message]) -> AsyncGenerator[str, None]:
-        """Stream the assistant's reply to ``messages`` as text deltas."""
+    @overload
+    def stream_chat(self, messages: list[Message]) -> AsyncGenerator[str, None]: ...
+
+    @overload
+    def stream_chat(
+        self, messages: list[Message], tools: list[dict[str, Any]] | None
+    ) -> AsyncGenerator[str | ToolCall, None]: ...
+
+    def stream_chat(
+        self, messages: list[Message], tools: list[dict[str, Any]] | None = None
+    ) -> AsyncGenerator[str, None] | AsyncGenerator[str | ToolCall, None]:
+        """Stream the assistant's reply to ``messages``: text deltas, then the tool calls it makes, if any."""
         ...
 
     async def prefill(self, messages: list[Message]) -> None:
@@ -45,3 +77,8 @@ class LLMBackend(Protocol):
         ...
 
     async def close(self) -> None: ...
+
+
+def supports_tools(llm: object) -> bool:
+    """Whether ``llm`` turns a model's tool calls into :class:`ToolCall` items (``supports_tools`` attribute)."""
+    return bool(getattr(llm, "supports_tools", False))

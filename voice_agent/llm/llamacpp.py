@@ -69,6 +69,9 @@ class _Instance:
 
 class LlamaCppBackend:
     name = "llamacpp"
+    # The embedded SmolLM2-135M cannot call tools: asked to, it writes about them
+    # instead. An agent with tools on this backend gets a warning at start-up.
+    supports_tools = False
 
     def __init__(
         self,
@@ -161,7 +164,10 @@ class LlamaCppBackend:
             self._changed = asyncio.Condition()
         return self._changed
 
-    async def stream_chat(self, messages: list[Message]) -> AsyncGenerator[str, None]:
+    async def stream_chat(
+        self, messages: list[Message], tools: list[dict[str, Any]] | None = None
+    ) -> AsyncGenerator[str, None]:
+        """Stream the answer; ``tools`` are ignored (see ``supports_tools``)."""
         loop = asyncio.get_running_loop()
         instance = await self._take(messages)
         try:

@@ -10,6 +10,11 @@ Failures before the first token (refused connection, timeout, 5xx, 429) are
 retried a bounded number of times; after that, and for any failure once text
 has streamed, the stream raises :class:`LLMError` and the session turns it
 into an ``error`` event.
+
+Tools: given ``tools``, the request carries them and the streamed
+``tool_calls`` deltas (an id and name first, the JSON arguments in pieces,
+several calls told apart by ``index``) are assembled into :class:`ToolCall`
+items, yielded once the stream ends.
 """
 
 from __future__ import annotations
@@ -19,10 +24,11 @@ import json
 import logging
 import os
 from collections.abc import AsyncGenerator
+from typing import Any, overload
 
 import httpx
 
-from .base import Message
+from .base import Message, ToolCall
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +46,13 @@ def decode_event(line: str) -> str | None:
     Returns ``None`` for lines that carry no text (comments, role-only deltas,
     the final ``[DONE]``); raises :class:`LLMError` for an error event.
     """
+    delta = decode_delta(line)
+    content = delta.get("content") if delta else None
+    return content if isinstance(content, str) and content else None
+
+
+def decode_delta(line: str) -> dict[str, Any] | None:
+    """The ``delta`` object of one server-sent-events line, or ``None`` for a line without one."""
     if not line.startswith("data:"):
         return None  # blank separators, ": keep-alive" comments, event names
     data = line[len("data:") :].strip()
@@ -56,9 +69,43 @@ def decode_event(line: str) -> str | None:
     choices = event.get("choices") or []
     if not choices or not isinstance(choices[0], dict):
         return None  # e.g. a usage-only event
-    delta = choices[0].get("delta") or {}
-    content = delta.get("content") if isinstance(delta, dict) else None
-    return content or None
+    delta = choices[0].get("delta")
+    return delta if isinstance(delta, dict) else None
+
+
+class ToolCallAssembler:
+    """Joins the streamed pieces of the tool calls in one answer."""
+
+    def __init__(self) -> None:
+        self._calls: dict[int, dict[str, str]] = {}
+
+    def add(self, pieces: Any) -> None:
+        if not isinstance(pieces, list):
+            raise LLMError(f"the endpoint sent tool_calls that are not a list: {pieces!r:.200}")
+        for piece in pieces:
+            if not isinstance(piece, dict):
+                raise LLMError(f"the endpoint sent a tool call that is not an object: {piece!r:.200}")
+            index = piece.get("index")
+            if not isinstance(index, int):
+                # Without an index, a piece with an id starts a call and one without goes on with the last.
+                index = len(self._calls) if piece.get("id") or not self._calls else max(self._calls)
+            call = self._calls.setdefault(index, {"id": "", "name": "", "arguments": ""})
+            if isinstance(piece.get("id"), str):
+                call["id"] = piece["id"]
+            function = piece.get("function") or {}
+            if isinstance(function, dict):
+                if isinstance(function.get("name"), str):
+                    call["name"] += function["name"]
+                if isinstance(function.get("arguments"), str):
+                    call["arguments"] += function["arguments"]
+
+    def calls(self) -> list[ToolCall]:
+        """The calls in the order the model made them; a call without an id gets one."""
+        return [
+            ToolCall(call["id"] or f"call_{index}", call["name"], call["arguments"] or "{}")
+            for index, call in sorted(self._calls.items())
+            if call["name"]
+        ]
 
 
 def _error_text(error: object) -> str:
@@ -69,6 +116,7 @@ def _error_text(error: object) -> str:
 
 class OpenAICompatBackend:
     name = "openai"
+    supports_tools = True
 
     def __init__(
         self,
@@ -83,6 +131,7 @@ class OpenAICompatBackend:
         presence_penalty: float = 0.0,
         timeout_s: float = 10.0,
         retries: int = 2,
+        tool_choice: str | dict[str, Any] | None = None,
     ):
         if not base_url:
             raise ValueError("--llm openai needs --llm-url, e.g. http://127.0.0.1:8000/v1")
@@ -96,6 +145,8 @@ class OpenAICompatBackend:
         self.frequency_penalty = frequency_penalty
         self.presence_penalty = presence_penalty
         self.retries = retries
+        # Sent with the tools: None leaves it to the server ("auto"); a named function forces that call.
+        self.tool_choice = tool_choice
         headers = {}
         api_key = os.environ.get(api_key_env, "") if api_key_env else ""
         if api_key:
@@ -109,10 +160,20 @@ class OpenAICompatBackend:
             limits=httpx.Limits(max_connections=None, max_keepalive_connections=32),
         )
 
-    async def stream_chat(self, messages: list[Message]) -> AsyncGenerator[str, None]:
+    @overload
+    def stream_chat(self, messages: list[Message]) -> AsyncGenerator[str, None]: ...
+
+    @overload
+    def stream_chat(
+        self, messages: list[Message], tools: list[dict[str, Any]] | None
+    ) -> AsyncGenerator[str | ToolCall, None]: ...
+
+    async def stream_chat(
+        self, messages: list[Message], tools: list[dict[str, Any]] | None = None
+    ) -> AsyncGenerator[str | ToolCall, None]:
         if not self.model:
             self.model = await self._served_model()
-        body = {
+        body: dict[str, Any] = {
             "model": self.model,
             "messages": messages,
             "stream": True,
@@ -125,17 +186,30 @@ class OpenAICompatBackend:
             # vLLM's extension of the API (llama.cpp's repeat penalty); OpenAI's own
             # API rejects unknown fields, so it is sent only when it does something.
             body["repetition_penalty"] = self.repeat_penalty
+        if tools:
+            body["tools"] = tools
+            if self.tool_choice is not None:
+                body["tool_choice"] = self.tool_choice
         attempt = 0
         while True:
             streamed = False
+            calls = ToolCallAssembler()
             try:
                 async with self._client.stream("POST", "/chat/completions", json=body) as response:
                     await _raise_for_status(response)
                     async for line in response.aiter_lines():
-                        delta = decode_event(line)
-                        if delta:
+                        delta = decode_delta(line)
+                        if not delta:
+                            continue
+                        if delta.get("tool_calls"):
                             streamed = True
-                            yield delta
+                            calls.add(delta["tool_calls"])
+                        content = delta.get("content")
+                        if isinstance(content, str) and content:
+                            streamed = True
+                            yield content
+                for call in calls.calls():
+                    yield call
                 return
             except (httpx.TransportError, _RetryableStatus) as exc:
                 # Once text has been spoken, a retry would repeat it: give up.

@@ -2,7 +2,7 @@
 
 The embedded SmolLM2 ships as Q4_1, which llama.cpp evaluates with generic
 kernels on x86. From Q8_0 it evaluated a 54-token prompt at 2.4 ms a token
-instead of 3.6 (2 threads, 2-core AMD EPYC with AVX2, 2026-11-22); generating
+instead of 3.6 (2 threads, 2-core AMD EPYC with AVX2; docs/results/latency.md); generating
 tokens cost the same. The prompt is what the user waits for at every turn
 (the new question, and the whole history when its window steps).
 

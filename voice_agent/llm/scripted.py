@@ -7,6 +7,7 @@ interrupted like one.
 from __future__ import annotations
 
 from collections.abc import AsyncGenerator
+from typing import Any
 
 from .base import Message
 
@@ -17,8 +18,10 @@ class ScriptedLLM:
     def __init__(self, text: str):
         self._text = text
 
-    async def stream_chat(self, messages: list[Message]) -> AsyncGenerator[str, None]:
-        yield self._text
+    async def stream_chat(
+        self, messages: list[Message], tools: list[dict[str, Any]] | None = None
+    ) -> AsyncGenerator[str, None]:
+        yield self._text  # fixed words call no tools
 
     async def prefill(self, messages: list[Message]) -> None:
         pass

@@ -20,6 +20,7 @@ import tempfile
 import uuid
 from collections.abc import AsyncGenerator
 from pathlib import Path
+from typing import Any
 
 from .base import Message
 from .model_cache import cache_dir
@@ -71,6 +72,10 @@ def convert_gguf(gguf_path: str, target: Path) -> None:
 
 class VLLMBackend:
     name = "vllm"
+    # vLLM's tool parsers live in its OpenAI server (vllm serve --enable-auto-tool-choice
+    # --tool-call-parser ...), not in the engine this backend drives: for tools, serve
+    # the model with vllm serve and use --llm openai. A warning says so at start-up.
+    supports_tools = False
 
     def __init__(
         self,
@@ -114,7 +119,10 @@ class VLLMBackend:
         text = self._tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
         return self._tokenizer.encode(text, add_special_tokens=False)
 
-    async def stream_chat(self, messages: list[Message]) -> AsyncGenerator[str, None]:
+    async def stream_chat(
+        self, messages: list[Message], tools: list[dict[str, Any]] | None = None
+    ) -> AsyncGenerator[str, None]:
+        """Stream the answer; ``tools`` are ignored (see ``supports_tools``)."""
         from vllm import SamplingParams
         from vllm.inputs import tokens_input
         from vllm.sampling_params import RequestOutputKind

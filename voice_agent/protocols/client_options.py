@@ -19,6 +19,9 @@ MAX_SYSTEM_PROMPT_CHARS = 4000
 MAX_GREETING_CHARS = 500
 
 PROMPT_OPTIONS = {"system_prompt": MAX_SYSTEM_PROMPT_CHARS, "greeting": MAX_GREETING_CHARS}
+# Custom parameters of a call, and the other fields of a native start: an agent's start hook reads them.
+MAX_PARAMETERS = 32
+MAX_PARAMETER_CHARS = 1000  # the greeting's and the prompt's own limits apply on top
 
 # Chat templates mark turns with special tokens written like this (ChatML's <|im_start|>, Llama 3's
 # <|start_header_id|>), and llama-cpp-python tokenizes the rendered prompt with special tokens on: a user
@@ -46,6 +49,18 @@ def screen_prompt_options(offered: Mapping[str, Any], allowed: bool) -> tuple[di
         else:
             options[name] = value
     return options, errors
+
+
+def is_parameter_map(value: Any) -> bool:
+    """At most ``MAX_PARAMETERS`` names with string values, none over ``MAX_PARAMETER_CHARS``."""
+    return (
+        isinstance(value, dict)
+        and len(value) <= MAX_PARAMETERS
+        and all(
+            len(name) <= MAX_PARAMETER_CHARS and isinstance(v, str) and len(v) <= MAX_PARAMETER_CHARS
+            for name, v in value.items()
+        )
+    )
 
 
 def user_text_error(text: str) -> ProtocolError | None:

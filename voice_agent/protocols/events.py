@@ -55,9 +55,103 @@ class ProtocolError:
 
     code: str
     message: str
+    event_id: str = ""  # the client's id for the message, where its protocol has one
 
 
-InputEvent = SessionStarted | AudioReceived | MarkPlayed | TextReceived | StreamStopped | ProtocolError
+# Turn-taking modes a client can choose (the Realtime protocol's ``turn_detection``).
+SERVER_VAD = "server_vad"  # silence ends the turn; a transcript-aware silence unless the client sets one
+SEMANTIC_VAD = "semantic_vad"  # the transcript-aware silences, scaled by an eagerness
+MANUAL = "manual"  # the client commits each turn and asks for each answer
+
+
+@dataclass(frozen=True)
+class TurnDetection:
+    """How a session ends user turns. None fields keep the server's settings."""
+
+    mode: str = SERVER_VAD
+    silence_ms: int | None = None  # SERVER_VAD: silence after words that give no hint
+    prefix_padding_ms: int | None = None  # audio kept before detected speech
+    threshold: float | None = None  # VAD speech probability
+    eagerness: str = "auto"  # SEMANTIC_VAD: "low", "medium", "high" or "auto"
+    create_response: bool = True  # answer each committed turn
+    interrupt_response: bool = True  # speech over the agent may interrupt it
+
+
+NO_TOKEN_LIMIT = 0
+
+
+@dataclass(frozen=True)
+class SessionUpdate:
+    """The client changes this session's settings; None leaves a setting as it is."""
+
+    event_id: str = ""
+    sample_rate: int | None = None
+    instructions: str | None = None
+    voice: str | None = None
+    turn_detection: TurnDetection | None = None
+    max_output_tokens: int | None = None  # NO_TOKEN_LIMIT: the server's own limit
+
+
+@dataclass(frozen=True)
+class InputCommit:
+    """End the user's turn now (in MANUAL mode: the audio since the last commit or clear)."""
+
+    event_id: str = ""
+
+
+@dataclass(frozen=True)
+class InputClear:
+    """Forget the user's audio not committed yet."""
+
+    event_id: str = ""
+
+
+@dataclass(frozen=True)
+class UserText:
+    """Typed user text that joins the conversation and is answered by the next ResponseRequest."""
+
+    text: str
+    event_id: str = ""
+
+
+@dataclass(frozen=True)
+class ResponseRequest:
+    """Answer now: the user input not answered yet, or the history alone."""
+
+    event_id: str = ""
+    instructions: str | None = None  # this answer's system prompt instead of the session's
+    max_output_tokens: int | None = None
+
+
+@dataclass(frozen=True)
+class ResponseCancel:
+    event_id: str = ""
+
+
+@dataclass(frozen=True)
+class TruncateRequest:
+    """The client played only ``audio_end_ms`` of answer ``response``: keep only those words."""
+
+    response: int
+    audio_end_ms: int
+    event_id: str = ""
+
+
+InputEvent = (
+    SessionStarted
+    | AudioReceived
+    | MarkPlayed
+    | TextReceived
+    | StreamStopped
+    | ProtocolError
+    | SessionUpdate
+    | InputCommit
+    | InputClear
+    | UserText
+    | ResponseRequest
+    | ResponseCancel
+    | TruncateRequest
+)
 
 # Output events: session to client.
 
@@ -97,6 +191,110 @@ class Metrics:
 class Error:
     code: str
     message: str
+    event_id: str = ""  # the client message it answers, if any
 
 
-OutputEvent = AgentAudio | Transcript | Clear | Mark | Metrics | Error
+@dataclass(frozen=True)
+class CallEnded:
+    """The agent ended the call (its ``end_call`` tool): the session's last event; the connection then closes."""
+
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class CallTransferred:
+    """The agent hands the call to ``to`` (its ``transfer_call`` tool); a /ws client acts on it."""
+
+    to: str
+
+
+# Output events that only some protocols speak (the Realtime protocol); the others ignore them.
+
+
+@dataclass(frozen=True)
+class SessionConfig:
+    """The session's settings in effect, after it started and after each SessionUpdate."""
+
+    instructions: str
+    voice: str
+    turn_detection: TurnDetection
+    max_output_tokens: int  # NO_TOKEN_LIMIT: the server's own limit
+    sample_rate: int
+
+
+@dataclass(frozen=True)
+class SpeechStarted:
+    """A user turn began: new speech, or speech over the agent that interrupts it."""
+
+    turn: int
+    audio_start_ms: int  # in the session's audio, including the padding kept before the speech
+
+
+@dataclass(frozen=True)
+class TurnCommitted:
+    """The user's turn ended; its final transcript follows, or TurnIgnored."""
+
+    turn: int
+    audio_end_ms: int
+
+
+@dataclass(frozen=True)
+class TurnIgnored:
+    """A committed turn had no words (a cough, a door), or was ``merged`` into the next: nothing answers it."""
+
+    turn: int
+    merged: bool = False  # the user went on before the answer began: its audio belongs to the next turn
+
+
+@dataclass(frozen=True)
+class InputCleared:
+    pass
+
+
+@dataclass(frozen=True)
+class UserTextAdded:
+    text: str
+
+
+@dataclass(frozen=True)
+class ResponseStarted:
+    """An answer begins to play: its agent transcripts and audio follow, then ResponseEnded."""
+
+    response: int
+
+
+@dataclass(frozen=True)
+class ResponseEnded:
+    response: int
+    status: str  # "completed", "cancelled" or "failed"
+    reason: str = ""  # for "cancelled": "turn_detected" or "client_cancelled"
+
+
+@dataclass(frozen=True)
+class Truncated:
+    """Answer ``response`` now holds in the history only the words before ``audio_end_ms``."""
+
+    response: int
+    audio_end_ms: int
+    text: str
+
+
+OutputEvent = (
+    AgentAudio
+    | Transcript
+    | Clear
+    | Mark
+    | Metrics
+    | Error
+    | SessionConfig
+    | SpeechStarted
+    | TurnCommitted
+    | TurnIgnored
+    | InputCleared
+    | UserTextAdded
+    | ResponseStarted
+    | ResponseEnded
+    | Truncated
+    | CallEnded
+    | CallTransferred
+)

@@ -13,10 +13,19 @@ from typing import Any
 
 from ..audio import PIPELINE_RATE, SUPPORTED_RATES, float_to_pcm16, pcm16_to_float
 from ..printable import printable
-from .client_options import screen_prompt_options, user_text_error
+from .client_options import (
+    MAX_PARAMETER_CHARS,
+    MAX_PARAMETERS,
+    PROMPT_OPTIONS,
+    is_parameter_map,
+    screen_prompt_options,
+    user_text_error,
+)
 from .events import (
     AgentAudio,
     AudioReceived,
+    CallEnded,
+    CallTransferred,
     Clear,
     Error,
     InputEvent,
@@ -92,8 +101,24 @@ class NativeProtocol:
             ]
         self._started = True
         self.sample_rate = rate
+        options: dict[str, Any]
         options, errors = screen_prompt_options(message, self.allow_client_prompt)
-        return [*errors, SessionStarted(rate, dict(options))]
+        # The other fields go to an agent's start hook, as a phone call's custom parameters do; bounded the same way.
+        parameters = {
+            k: v for k, v in message.items() if k not in ("type", "sample_rate", *PROMPT_OPTIONS) and isinstance(v, str)
+        }
+        if is_parameter_map(parameters):
+            if parameters:
+                options = {**options, "custom_parameters": parameters}
+        else:
+            errors.append(
+                ProtocolError(
+                    "invalid_message",
+                    f"start's other string fields must be at most {MAX_PARAMETERS} "
+                    f"of at most {MAX_PARAMETER_CHARS} characters; ignored",
+                )
+            )
+        return [*errors, SessionStarted(rate, options)]
 
     def _on_mark(self, message: dict[str, Any]) -> list[InputEvent]:
         name = message.get("name")
@@ -119,7 +144,7 @@ class NativeProtocol:
 
     # Server to client.
 
-    def send(self, event: OutputEvent) -> str | bytes:
+    def send(self, event: OutputEvent) -> str | bytes | None:
         if isinstance(event, AgentAudio):
             return float_to_pcm16(event.samples)
         if isinstance(event, Transcript):
@@ -132,7 +157,11 @@ class NativeProtocol:
             return _json(type="metrics", **event.values)
         if isinstance(event, Error):
             return _json(type="error", code=event.code, message=event.message)
-        raise TypeError(f"not an output event: {event!r}")
+        if isinstance(event, CallEnded):
+            return _json(type="call_ended", reason=event.reason)
+        if isinstance(event, CallTransferred):
+            return _json(type="transfer", to=event.to)
+        return None  # an event this protocol has no message for (speech started, response ended...)
 
 
 _HANDLERS = {

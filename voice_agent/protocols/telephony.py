@@ -26,7 +26,7 @@ import numpy as np
 
 from ..audio import float_to_int16, mulaw_decode, mulaw_encode
 from ..printable import printable
-from .client_options import screen_prompt_options
+from .client_options import MAX_PARAMETER_CHARS, MAX_PARAMETERS, is_parameter_map, screen_prompt_options
 from .events import (
     AgentAudio,
     AudioReceived,
@@ -51,8 +51,6 @@ SAMPLE_RATE = 8000
 DTMF_DIGITS = frozenset("0123456789*#ABCD")
 MAX_ID_CHARS = 128  # Twilio's SIDs have 34 characters, Telnyx's ids 36 to 80
 MAX_MARK_CHARS = 100
-MAX_PARAMETERS = 32
-MAX_PARAMETER_CHARS = 1000  # the greeting's and the prompt's own limits apply on top
 
 
 @dataclass(frozen=True)
@@ -186,7 +184,7 @@ class MediaStreamsProtocol:
             ]
         errors: list[InputEvent] = []
         parameters = start.get(d.custom_parameters) or {}
-        if not _is_parameter_map(parameters):
+        if not is_parameter_map(parameters):
             errors.append(
                 ProtocolError(
                     "invalid_message",
@@ -267,7 +265,9 @@ class MediaStreamsProtocol:
             return self._message("clear")
         if isinstance(event, (Transcript, Metrics, Error)):
             return None  # no such message on a phone line; the connection and the session log them
-        raise TypeError(f"not an output event: {event!r}")
+        # An event this protocol has no message for (speech started, response ended...); call control
+        # (CallEnded, CallTransferred) goes through Twilio's REST API instead.
+        return None
 
     def _message(self, event: str, **fields: Any) -> str:
         if self.dialect.address_replies:
@@ -365,17 +365,6 @@ def _integer(value: Any) -> int | None:
 
 def _is_id(value: Any) -> bool:
     return isinstance(value, str) and 0 < len(value) <= MAX_ID_CHARS
-
-
-def _is_parameter_map(value: Any) -> bool:
-    return (
-        isinstance(value, dict)
-        and len(value) <= MAX_PARAMETERS
-        and all(
-            len(name) <= MAX_PARAMETER_CHARS and isinstance(v, str) and len(v) <= MAX_PARAMETER_CHARS
-            for name, v in value.items()
-        )
-    )
 
 
 def _json(**fields: Any) -> str:

@@ -11,6 +11,7 @@ Adding a transport (Twilio Media Streams) is a new codec in ``CODECS``.
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import time
 import uuid
@@ -18,7 +19,7 @@ from typing import Protocol
 
 import numpy as np
 
-from ..audio import float_to_pcm16, mulaw_decode, pcm16_to_float
+from ..audio import float_to_int16, float_to_pcm16, mulaw_decode, mulaw_encode, pcm16_to_float
 from ..protocols.events import AgentAudio, Clear, Error, Mark, Metrics, OutputEvent, Transcript
 
 FRAME_S = 0.02
@@ -122,7 +123,67 @@ class TwilioClientCodec:
         return [Error("unknown_type", f"agent sent an unknown event {event!r}")]
 
 
-CODECS: dict[str, type] = {"native": NativeClientCodec, "twilio": TwilioClientCodec}
+class RealtimeClientCodec:
+    """The client side of the OpenAI Realtime protocol at ``/v1/realtime`` (see ``docs/realtime.md``).
+
+    PCM16 at 24 kHz, or μ-law at 8 kHz (``--rate 8000``). Add ``?metrics=1`` to
+    the URL for the server's own figures. A cancelled response stands for the
+    native protocol's ``clear``: the server cancels it the moment the agent stops.
+    """
+
+    def __init__(self) -> None:
+        self._mulaw = False
+        self._transcripts: dict[str, str] = {}  # item id -> text so far
+
+    def start(self, sample_rate: int) -> list[str | bytes]:
+        if sample_rate == 24000:
+            return []
+        if sample_rate != 8000:
+            raise ValueError("the realtime transport runs at 24000 Hz (PCM16) or 8000 Hz (μ-law)")
+        self._mulaw = True
+        audio = {"input": {"format": {"type": "audio/pcmu"}}, "output": {"format": {"type": "audio/pcmu"}}}
+        return [json.dumps({"type": "session.update", "session": {"type": "realtime", "audio": audio}})]
+
+    def audio(self, samples: np.ndarray) -> list[str | bytes]:
+        data = mulaw_encode(float_to_int16(samples)) if self._mulaw else float_to_pcm16(samples)
+        return [json.dumps({"type": "input_audio_buffer.append", "audio": base64.b64encode(data).decode()})]
+
+    def mark_played(self, name: str) -> list[str | bytes]:
+        return []
+
+    def stop(self) -> list[str | bytes]:
+        return []
+
+    def receive(self, message: str | bytes) -> list[OutputEvent]:
+        try:
+            data = json.loads(message)
+            kind = data["type"]
+            if kind == "response.output_audio.delta":
+                payload = base64.b64decode(data["delta"])
+                if self._mulaw:
+                    return [AgentAudio(mulaw_decode(payload).astype(np.float32) / 32768.0)]
+                return [AgentAudio(pcm16_to_float(payload))]
+            if kind in ("response.output_audio_transcript.delta", "conversation.item.input_audio_transcription.delta"):
+                role = "agent" if kind.startswith("response.") else "user"
+                text = self._transcripts.get(data["item_id"], "") + data["delta"]
+                self._transcripts[data["item_id"]] = text
+                return [Transcript(role, text, False)]
+            if kind == "response.output_audio_transcript.done":
+                return [Transcript("agent", data["transcript"], True)]
+            if kind == "conversation.item.input_audio_transcription.completed":
+                return [Transcript("user", data["transcript"], True)]
+            if kind == "response.done" and data["response"]["status"] == "cancelled":
+                return [Clear()]
+            if kind == "voice_agent.metrics":
+                return [Metrics({k: v for k, v in data.items() if k not in ("type", "event_id")})]
+            if kind == "error":
+                return [Error(str(data["error"].get("code")), str(data["error"].get("message")))]
+        except (ValueError, TypeError, KeyError, AttributeError) as exc:
+            return [Error("invalid_message", f"agent sent a message that is not Realtime: {exc}")]
+        return []  # session, item and response bookkeeping the replay does not measure
+
+
+CODECS: dict[str, type] = {"native": NativeClientCodec, "twilio": TwilioClientCodec, "realtime": RealtimeClientCodec}
 
 
 class ConnectError(Exception):

@@ -1,0 +1,241 @@
+"""One session of an :class:`~voice_agent.agent.Agent`: what the session asks of the agent, in one place.
+
+The session calls in at a few points: when the client starts (the start hook,
+then the greeting), when it builds an answer (the LLM of that answer: a
+:class:`~voice_agent.tool_loop.ToolLoop` when there are tools), when an answer
+ends (its tool messages for the history, the answer hook, call control), when
+a user turn is committed, and when the session closes (the report and the
+end hook). A session without an agent has none of this: no extra work on its
+hot path.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncGenerator, Callable, Coroutine
+from typing import Any, cast
+
+from .agent import Agent, CallAction, CallContext, call_hook
+from .call_control import TwilioCalls
+from .config import Settings
+from .engines import Engines
+from .filler_voice import FillerVoice, filler_chunks
+from .interfaces import TTSBackend
+from .llm.base import LLMBackend, Message, supports_tools
+from .protocols.client_options import PROMPT_OPTIONS
+from .protocols.events import CallEnded, CallTransferred, Error, OutputEvent
+from .session_report import SessionRecorder, SessionReport, deliver
+from .tool_loop import ToolLedger, ToolLoop
+
+log = logging.getLogger(__name__)
+
+CLOSE_WAIT_S = 15.0  # how long a closing session waits for tool calls still running, to record their results
+
+
+async def prepare_agent(agent: Agent, engines: Engines, settings: Settings) -> TTSBackend | None:
+    """Once per process, after the engines are warm: say whether the LLM can call the agent's tools, and
+    synthesize the fillers; returns the voice the agent's answers use (None: the engine's own)."""
+    if agent.tools and not supports_tools(engines.llm):
+        log.warning(
+            "the agent has tools, but --llm %s cannot call tools (the embedded SmolLM2-135M cannot): "
+            "it answers without them. Use --llm openai with a server that returns tool calls, "
+            "e.g. vllm serve --enable-auto-tool-choice --tool-call-parser hermes",
+            engines.llm.name,
+        )
+    if not agent.fillers or not supports_tools(engines.llm):
+        return None  # no tool call to fill a silence for
+    chunks = filler_chunks(agent.fillers, settings.first_chunk_min_words, settings.first_chunk_phrase_breaks)
+    voice = FillerVoice(engines.tts, chunks)
+    await voice.warm_up()
+    return voice
+
+
+class AgentTurn:
+    """The LLM of one answer: waits for the start hook, asks with this session's instructions, runs the tools."""
+
+    name = "agent"
+
+    def __init__(self, session: AgentSession, llm: LLMBackend, held: bool):
+        self._session = session
+        self._llm = llm
+        self.committed = asyncio.Event()
+        if not held:
+            self.committed.set()
+        self.loop: ToolLoop | None = None
+
+    @property
+    def messages(self) -> list[Message]:
+        """The tool calls and results of this answer, for the history."""
+        return self.loop.messages if self.loop is not None else []
+
+    async def stream_chat(self, messages: list[Message], tools: Any = None) -> AsyncGenerator[str, None]:
+        session = self._session
+        context = await session.started()  # the start hook may change the instructions and tools
+        if messages and messages[0].get("role") == "system":
+            messages = [{"role": "system", "content": context.instructions}, *messages[1:]]
+        if session.tools_enabled and context.tools:
+            self.loop = ToolLoop(
+                self._llm,
+                context.tools,
+                session.ledger,
+                max_rounds=session.settings.tool_max_rounds,
+                filler_after_s=session.settings.tool_filler_ms / 1000.0,
+                filler_repeat_s=session.settings.tool_filler_repeat_ms / 1000.0,
+                fillers=session.agent.fillers,
+                committed=self.committed,
+            )
+            stream: AsyncGenerator[str, None] = self.loop.stream_chat(messages)
+        else:
+            stream = self._llm.stream_chat(messages)
+        async with contextlib.aclosing(stream):
+            async for delta in stream:
+                yield delta
+
+
+class AgentSession:
+    def __init__(
+        self,
+        agent: Agent,
+        settings: Settings,
+        session_id: str,
+        emit: Callable[[OutputEvent], None],
+        llm: LLMBackend,
+        protocol: str = "ws",
+        tts: TTSBackend | None = None,
+    ):
+        self.agent = agent
+        self.settings = settings
+        self.session_id = session_id
+        self.protocol = protocol
+        self.tts = tts  # the voice of this agent's answers: the engine's, with the fillers cached
+        self._emit = emit
+        self.tools_enabled = supports_tools(llm)
+        self.context: CallContext | None = None
+        self._start: asyncio.Task[CallContext] | None = None
+        self.recorder = SessionRecorder(session_id, record=settings.record)
+        self.recorder.protocol = protocol
+        self.ledger = ToolLedger(None, settings.tool_timeout_s, self.recorder.tool_call)
+        self._turns: dict[int, AgentTurn] = {}
+        self._action: asyncio.Task | None = None
+        self._hooks: set[asyncio.Task] = set()  # hooks running in the background, referenced until done
+        self._end_reason = "the client hung up, or a limit or shutdown closed it"
+
+    # Start.
+
+    def begin(self, options: dict[str, Any], on_started: Callable[[CallContext], None] | None) -> None:
+        """Run the start hook once, with the client's start options; then ``on_started`` (which says the greeting)."""
+        if self._start is not None:
+            return
+        call_id = options.get("call_id") if isinstance(options.get("call_id"), str) else None
+        self.recorder.call_id = call_id
+        # The call's custom parameters (the other fields of a native start) beside the screened options:
+        # a prompt or greeting among them stays there, refused, unless the start hook takes it.
+        parameters = options.get("custom_parameters")
+        visible = {k: v for k, v in (parameters or {}).items() if k not in PROMPT_OPTIONS}
+        visible.update(options)
+        context = self.agent.context(self.session_id, self.protocol, visible, call_id)
+        self.ledger = ToolLedger(context, self.settings.tool_timeout_s, self.recorder.tool_call)
+        self._start = asyncio.create_task(self._run_start(context, on_started))
+
+    async def _run_start(self, context: CallContext, on_started: Callable[[CallContext], None] | None) -> CallContext:
+        await call_hook(self.agent.on_session_start, context)
+        self.context = context
+        if on_started is not None:
+            on_started(context)
+        return context
+
+    async def started(self) -> CallContext:
+        if self._start is None:
+            self.begin({}, None)  # the client sent no start: its first words start the session
+        assert self._start is not None
+        return await asyncio.shield(self._start)
+
+    @property
+    def instructions(self) -> str:
+        return self.context.instructions if self.context is not None else self.agent.instructions
+
+    # Answers.
+
+    def llm(self, llm: LLMBackend, turn: int, held: bool) -> LLMBackend:
+        """The LLM for the answer to ``turn``; ``held`` answers run side-effecting tools only once :meth:`release`d."""
+        agent_turn = AgentTurn(self, llm, held)
+        self._turns[turn] = agent_turn
+        return cast(LLMBackend, agent_turn)  # a reply only streams from it
+
+    def sentence_limit(self, limit: int) -> int:
+        """``--answer-max-sentences`` for an answer that may call tools: none. Its fillers are sentences too,
+        and an answer about a tool's result (a booking and its reference) is longer than a chat reply."""
+        tools = self.context.tools if self.context is not None else self.agent.tools
+        return 0 if self.tools_enabled and tools else limit
+
+    def release(self, turn: int) -> None:
+        """The answer to ``turn`` is the one the user hears now."""
+        if (agent_turn := self._turns.get(turn)) is not None:
+            agent_turn.committed.set()
+
+    def user_turn(self, text: str) -> None:
+        if self.context is not None:
+            self._in_background(call_hook(self.agent.on_user_turn, self.context, text))
+
+    def answer_ended(self, turn: int, heard: str, interrupted: bool) -> list[Message]:
+        """An answer ended: run the hook and any call control it asked for; returns its tool messages for the history."""
+        agent_turn = self._turns.pop(turn, None)
+        for old in [t for t in self._turns if t < turn]:
+            del self._turns[old]  # answers of turns that were dropped
+        context = self.context
+        if context is not None and turn > 0:
+            self._in_background(call_hook(self.agent.on_answer, context, heard, interrupted))
+        if not interrupted:
+            self.ledger.request_done()
+        if context is not None and context.action is not None:
+            action, context.action = context.action, None
+            if interrupted:
+                log.info("session %s: %s dropped: the user interrupted", self.session_id, action.kind)
+            else:
+                self._action = asyncio.create_task(self._carry_out(action, context))
+        return agent_turn.messages if agent_turn is not None else []
+
+    def _in_background(self, hook: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.create_task(hook)
+        self._hooks.add(task)
+        task.add_done_callback(self._hooks.discard)
+
+    async def _carry_out(self, action: CallAction, context: CallContext) -> None:
+        """End or transfer the call, now that the answer that announced it has been spoken."""
+        call_sid = context.call_id if self.protocol == "twilio" else None
+        try:
+            if call_sid:
+                calls = TwilioCalls(self.settings.twilio_api_url)
+                if action.kind == "end":
+                    await calls.hang_up(call_sid)
+                else:
+                    await calls.transfer(call_sid, action.to)
+        except Exception as exc:
+            log.exception("session %s: Twilio call control failed", self.session_id)
+            self._emit(Error("call_control_failed", f"{action.kind} failed: {type(exc).__name__}"))
+        if action.kind == "transfer":
+            self._emit(CallTransferred(action.to))
+        else:
+            self._end_reason = (
+                f"the agent ended the call: {action.reason}" if action.reason else "the agent ended the call"
+            )
+            self._emit(CallEnded(action.reason))
+
+    # End.
+
+    async def close(self) -> SessionReport:
+        """Wait briefly for tool calls still running, then deliver the report and run the end hook."""
+        try:
+            await asyncio.wait_for(self.ledger.close(), CLOSE_WAIT_S)
+        except TimeoutError:
+            log.warning("session %s: tool calls still running at close", self.session_id)
+        if self._action is not None:
+            await asyncio.gather(self._action, return_exceptions=True)
+        await asyncio.gather(*self._hooks, return_exceptions=True)
+        report = await asyncio.to_thread(self.recorder.report, self._end_reason)
+        deliver(report, self.settings.session_report_dir, self.settings.session_report_url)
+        context = self.context or self.agent.context(self.session_id, self.protocol, {}, None)
+        await call_hook(self.agent.on_session_end, context, report)
+        return report

@@ -1,0 +1,768 @@
+"""The OpenAI Realtime protocol (GA) at ``/v1/realtime``: a sans-I/O codec.
+
+Every message is a JSON text frame with a ``type``. The client streams audio
+as base64 in ``input_audio_buffer.append``; the server answers with the
+Realtime server events (``session.created``, ``input_audio_buffer.*``,
+``conversation.item.*``, ``response.*``, ``error``) and, once per turn if
+the client asked for it, our own ``voice_agent.metrics``. Audio is PCM16 at 24 kHz by default, or G.711
+μ-law or A-law at 8 kHz. The session runs at the input rate; output audio at
+another rate is resampled here. Where the beta protocol's field names differ
+a little (``input_audio_format: "g711_ulaw"``, a flat ``voice`` and
+``turn_detection``, ``max_response_output_tokens``, ``modalities``) they are
+accepted too. See ``docs/realtime.md``.
+
+The codec holds no socket: the server feeds it what arrived and sends what it
+returns. It keeps the conversation's ids: which item a transcript or audio
+frame belongs to, and which answer an item id names.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import itertools
+import json
+import math
+from collections import OrderedDict, deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..audio import (
+    StreamResampler,
+    alaw_decode,
+    alaw_encode,
+    float_to_int16,
+    float_to_pcm16,
+    mulaw_decode,
+    mulaw_encode,
+    pcm16_to_float,
+)
+from .client_options import screen_prompt_options, user_text_error
+from .events import (
+    MANUAL,
+    NO_TOKEN_LIMIT,
+    SEMANTIC_VAD,
+    SERVER_VAD,
+    AgentAudio,
+    AudioReceived,
+    Error,
+    InputClear,
+    InputCleared,
+    InputCommit,
+    InputEvent,
+    Metrics,
+    OutputEvent,
+    ProtocolError,
+    ResponseCancel,
+    ResponseEnded,
+    ResponseRequest,
+    ResponseStarted,
+    SessionConfig,
+    SessionUpdate,
+    SpeechStarted,
+    Transcript,
+    Truncated,
+    TruncateRequest,
+    TurnCommitted,
+    TurnDetection,
+    TurnIgnored,
+    UserText,
+    UserTextAdded,
+)
+from .strict_json import InvalidJSON, decode_object
+
+DEFAULT_MODEL = "voice-agent"
+METRICS_TYPE = "voice_agent.metrics"
+MAX_TEXT_CHARS = 2000
+# Audio appends make large messages: any the server's WebSocket takes (1 MiB, cli.MAX_MESSAGE_BYTES), about
+# 16 s of 24 kHz PCM16 in base64, more than the audio rate limit lets through at once.
+MAX_MESSAGE_CHARS = 1 << 20
+MAX_TOKENS = 4096  # the Realtime API's own bound on max_output_tokens
+EAGERNESS = ("low", "medium", "high", "auto")
+# Items whose ids a later event may name (truncate, a merged turn): more than any client keeps unplayed.
+REMEMBERED_ITEMS = 64
+
+
+@dataclass(frozen=True)
+class AudioFormat:
+    """One wire format: its Realtime description, its rate and its codec."""
+
+    type: str
+    rate: int
+    sample_bytes: int
+    decode: Callable[[bytes], np.ndarray]  # wire bytes to float32
+    encode: Callable[[np.ndarray], bytes]  # float32 to wire bytes
+
+    def describe(self) -> dict[str, Any]:
+        return {"type": self.type, "rate": self.rate} if self.type == "audio/pcm" else {"type": self.type}
+
+
+PCM = AudioFormat("audio/pcm", 24000, 2, pcm16_to_float, float_to_pcm16)
+PCMU = AudioFormat(
+    "audio/pcmu",
+    8000,
+    1,
+    lambda data: mulaw_decode(data).astype(np.float32) / 32768.0,
+    lambda samples: mulaw_encode(float_to_int16(samples)),
+)
+PCMA = AudioFormat(
+    "audio/pcma",
+    8000,
+    1,
+    lambda data: alaw_decode(data).astype(np.float32) / 32768.0,
+    lambda samples: alaw_encode(float_to_int16(samples)),
+)
+_FORMATS = {PCM.type: PCM, PCMU.type: PCMU, PCMA.type: PCMA}
+_BETA_FORMATS = {"pcm16": PCM, "g711_ulaw": PCMU, "g711_alaw": PCMA}
+
+
+class _Invalid(Exception):
+    """A client event that cannot be used: becomes an ``error`` event."""
+
+    def __init__(self, code: str, message: str):
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+@dataclass
+class _Response:
+    number: int
+    id: str
+    item_id: str
+    # Fixed when it starts: its audio comes at the session rate of then, whatever the client changes meanwhile.
+    format: AudioFormat
+    resampler: StreamResampler
+    transcript: str = ""  # what the agent said so far, or the heard part once it was interrupted
+
+
+@dataclass
+class _UserItem:
+    turn: int
+    id: str
+    audio_start_ms: int
+    audio_end_ms: int = 0
+    partial: str = ""  # the transcription deltas sent so far
+
+
+@dataclass
+class _Conversation:
+    """The ids of what the client sees, in order."""
+
+    last_item: str | None = None
+    speaking: _UserItem | None = None  # speech started, not committed yet
+    committed: deque[_UserItem] = field(default_factory=deque)  # waiting for their transcripts
+    text_item_ids: deque[str] = field(default_factory=deque)  # client ids of user text not added yet
+    response: _Response | None = None
+    responses: OrderedDict[str, int] = field(default_factory=OrderedDict)  # item id -> response number
+    user_items: OrderedDict[int, str] = field(default_factory=OrderedDict)  # turn -> item id, recent turns
+
+
+class RealtimeProtocol:
+    """``metrics``: send ``voice_agent.metrics`` once per turn. Off by default: clients that
+    validate every server event (the OpenAI Agents SDK) report an unknown type as an error.
+    ``allow_client_prompt``: whether ``instructions`` may set the system prompt (``--allow-client-prompt``).
+    """
+
+    def __init__(self, model: str = "", metrics: bool = False, allow_client_prompt: bool = False) -> None:
+        self.model = model or DEFAULT_MODEL
+        self.metrics = metrics
+        self.allow_client_prompt = allow_client_prompt
+        self.input_format = PCM
+        self.output_format = PCM
+        self.session_rate = PCM.rate  # the rate of the session's audio, both ways
+        self._ids = itertools.count(1)
+        self.session_id = self._id("sess")
+        self._created = False
+        self._conversation = _Conversation()
+
+    def opening(self) -> list[InputEvent]:
+        """What the session is told before the client says anything: it answers with ``session.created``."""
+        return [SessionUpdate(sample_rate=self.input_format.rate)]
+
+    # Client to server.
+
+    def receive_bytes(self, data: bytes) -> list[InputEvent]:
+        return [
+            ProtocolError("invalid_message", "the Realtime protocol sends JSON text frames only; binary frame dropped")
+        ]
+
+    def receive_text(self, text: str) -> list[InputEvent]:
+        try:
+            message = decode_object(text, MAX_MESSAGE_CHARS)
+        except InvalidJSON as invalid:
+            return [ProtocolError(invalid.code, invalid.message)]
+        event_id = message.get("event_id")
+        event_id = event_id if isinstance(event_id, str) else ""
+        kind = message.get("type")
+        handler = _HANDLERS.get(kind) if isinstance(kind, str) else None
+        if handler is None:
+            return [ProtocolError("unknown_event", f"unknown event type {kind!r}; ignored", event_id)]
+        try:
+            return handler(self, message, event_id)
+        except _Invalid as invalid:
+            return [ProtocolError(invalid.code, invalid.message, event_id)]
+
+    def _on_session_update(self, message: dict[str, Any], event_id: str) -> list[InputEvent]:
+        session = _object(message, "session")
+        if session.get("type", "realtime") != "realtime":
+            raise _Invalid("invalid_value", "only realtime sessions are served here, not transcription sessions")
+        audio = _object(session, "audio", required=False)
+        audio_in = _object(audio, "input", required=False)
+        audio_out = _object(audio, "output", required=False)
+        errors: list[InputEvent] = []
+
+        def field_of(where: dict[str, Any], name: str, beta: str) -> tuple[bool, Any]:
+            if name in where:
+                return True, where[name]
+            return beta in session, session.get(beta)
+
+        given, value = field_of(audio_in, "format", "input_audio_format")
+        input_format = self.input_format
+        if given:
+            try:
+                input_format = _audio_format(value)
+            except _Invalid as invalid:
+                errors.append(ProtocolError(invalid.code, f"audio.input.format: {invalid.message}", event_id))
+        given, value = field_of(audio_out, "format", "output_audio_format")
+        if given:
+            try:
+                self.output_format = _audio_format(value)
+            except _Invalid as invalid:
+                errors.append(ProtocolError(invalid.code, f"audio.output.format: {invalid.message}", event_id))
+        update: dict[str, Any] = {}
+        if input_format is not self.input_format:
+            self.input_format = input_format
+            update["sample_rate"] = input_format.rate
+        given, value = field_of(audio_out, "voice", "voice")
+        if given:
+            voice = value.get("id") if isinstance(value, dict) else value
+            if isinstance(voice, str) and voice:
+                update["voice"] = voice
+            else:
+                errors.append(ProtocolError("invalid_value", "voice must be a voice name", event_id))
+        given, value = field_of(audio_in, "turn_detection", "turn_detection")
+        if given:
+            try:
+                update["turn_detection"] = _turn_detection(value)
+            except _Invalid as invalid:
+                errors.append(ProtocolError(invalid.code, f"turn_detection: {invalid.message}", event_id))
+        if "instructions" in session:
+            instructions, refused = self._instructions(session["instructions"], event_id)
+            errors += refused
+            if instructions is not None:
+                update["instructions"] = instructions
+        for name in ("max_output_tokens", "max_response_output_tokens"):
+            if name in session:
+                try:
+                    update["max_output_tokens"] = _max_tokens(session[name])
+                except _Invalid as invalid:
+                    errors.append(ProtocolError(invalid.code, invalid.message, event_id))
+        for name in ("output_modalities", "modalities"):
+            if name in session and not _audio_modalities(session[name]):
+                errors.append(ProtocolError("unsupported", f"{name}: only audio answers are served", event_id))
+        if session.get("tools"):
+            errors.append(ProtocolError("unsupported", "tools are not supported by this server yet", event_id))
+        return [*errors, SessionUpdate(event_id=event_id, **update)]
+
+    def _instructions(self, value: Any, event_id: str) -> tuple[str | None, list[ProtocolError]]:
+        """Instructions the server lets a client give, or None and the reason why not."""
+        options, errors = screen_prompt_options({"system_prompt": value}, self.allow_client_prompt)
+        errors = [ProtocolError(e.code, e.message.replace("system_prompt", "instructions"), event_id) for e in errors]
+        return options.get("system_prompt"), errors
+
+    def _on_append(self, message: dict[str, Any], event_id: str) -> list[InputEvent]:
+        audio = message.get("audio")
+        if not isinstance(audio, str):
+            raise _Invalid("invalid_value", "input_audio_buffer.append needs a base64 string audio")
+        try:
+            data = base64.b64decode(audio, validate=True)
+        except (binascii.Error, ValueError):
+            raise _Invalid("invalid_audio", "audio is not valid base64; dropped") from None
+        if len(data) % self.input_format.sample_bytes:
+            raise _Invalid(
+                "invalid_audio",
+                f"{len(data)} bytes are not whole samples of {self.input_format.type}; dropped",
+            )
+        if not data:
+            return []
+        return [AudioReceived(self.input_format.decode(data))]
+
+    def _on_commit(self, message: dict[str, Any], event_id: str) -> list[InputEvent]:
+        return [InputCommit(event_id)]
+
+    def _on_clear(self, message: dict[str, Any], event_id: str) -> list[InputEvent]:
+        return [InputClear(event_id)]
+
+    def _on_item_create(self, message: dict[str, Any], event_id: str) -> list[InputEvent]:
+        item = _object(message, "item")
+        kind = item.get("type", "message")
+        if kind != "message":
+            raise _Invalid("unsupported", f"items of type {kind!r} are not supported; only user text messages")
+        if item.get("role") != "user":
+            raise _Invalid("unsupported", f"messages with role {item.get('role')!r} are not supported; only user")
+        content = item.get("content")
+        if not isinstance(content, list) or not content:
+            raise _Invalid("invalid_value", "a user message needs a content list")
+        texts = []
+        for part in content:
+            if not isinstance(part, dict) or part.get("type") not in ("input_text", "text"):
+                raise _Invalid("unsupported", "only input_text content is supported in user messages")
+            if not isinstance(part.get("text"), str):
+                raise _Invalid("invalid_value", "input_text needs a string text")
+            texts.append(part["text"])
+        text = " ".join(" ".join(texts).split())
+        if not text:
+            raise _Invalid("invalid_value", "the user message has no text")
+        if len(text) > MAX_TEXT_CHARS:
+            raise _Invalid("invalid_value", f"the user message is over {MAX_TEXT_CHARS} characters")
+        if (refused := user_text_error(text)) is not None:
+            raise _Invalid(refused.code, refused.message)
+        item_id = item.get("id")
+        self._conversation.text_item_ids.append(item_id if isinstance(item_id, str) and item_id else self._id("item"))
+        return [UserText(text, event_id)]
+
+    def _on_item_truncate(self, message: dict[str, Any], event_id: str) -> list[InputEvent]:
+        item_id = message.get("item_id")
+        audio_end_ms = message.get("audio_end_ms")
+        if not isinstance(item_id, str) or item_id not in self._conversation.responses:
+            raise _Invalid("item_not_found", f"no assistant item {item_id!r} to truncate")
+        if isinstance(audio_end_ms, bool) or not isinstance(audio_end_ms, int) or audio_end_ms < 0:
+            raise _Invalid("invalid_value", "audio_end_ms must be a whole number of milliseconds, 0 or more")
+        return [TruncateRequest(self._conversation.responses[item_id], audio_end_ms, event_id)]
+
+    def _on_response_create(self, message: dict[str, Any], event_id: str) -> list[InputEvent]:
+        response = _object(message, "response", required=False)
+        instructions = None
+        if response.get("instructions") is not None:
+            instructions, refused = self._instructions(response["instructions"], event_id)
+            if refused:
+                raise _Invalid(refused[0].code, f"response.{refused[0].message}")
+        max_tokens = None
+        for name in ("max_output_tokens", "max_response_output_tokens"):
+            if name in response:
+                max_tokens = _max_tokens(response[name])
+        for name in ("output_modalities", "modalities"):
+            if name in response and not _audio_modalities(response[name]):
+                raise _Invalid("unsupported", f"{name}: only audio answers are served")
+        for name in ("input", "tools"):
+            if response.get(name):
+                raise _Invalid("unsupported", f"response.{name} is not supported by this server")
+        if response.get("conversation", "auto") != "auto":
+            raise _Invalid("unsupported", "only responses in the default conversation are supported")
+        return [ResponseRequest(event_id, instructions, max_tokens)]
+
+    def _on_response_cancel(self, message: dict[str, Any], event_id: str) -> list[InputEvent]:
+        return [ResponseCancel(event_id)]
+
+    def _unsupported(self, message: dict[str, Any], event_id: str) -> list[InputEvent]:
+        raise _Invalid("unsupported", f"{message['type']} is not supported by this server")
+
+    # Server to client.
+
+    def send(self, event: OutputEvent) -> list[str] | None:
+        renderer = _RENDERERS.get(type(event))
+        if renderer is None:
+            return None  # Clear and Mark: the Realtime client learns of a barge-in from speech_started
+        messages = renderer(self, event)
+        return messages or None
+
+    def _render_audio(self, event: AgentAudio) -> list[str]:
+        response = self._conversation.response
+        if response is None:
+            return []
+        samples = response.resampler.process(event.samples)
+        if not len(samples):
+            return []
+        delta = base64.b64encode(response.format.encode(samples)).decode("ascii")
+        return [self._event("response.output_audio.delta", **self._part(response), delta=delta)]
+
+    def _render_transcript(self, event: Transcript) -> list[str]:
+        c = self._conversation
+        if event.role == "agent":
+            response = c.response
+            if response is None:
+                return []
+            if event.final:
+                response.transcript = event.text  # the heard part, if it was interrupted
+                return []
+            delta = event.text[len(response.transcript) :] if event.text.startswith(response.transcript) else ""
+            response.transcript = event.text
+            if not delta:
+                return []
+            return [self._event("response.output_audio_transcript.delta", **self._part(response), delta=delta)]
+        if not event.final:
+            item = c.speaking
+            # A delta only adds text: a partial that rewrites earlier words waits for the final transcript.
+            if item is None or not event.text.startswith(item.partial) or event.text == item.partial:
+                return []
+            delta, item.partial = event.text[len(item.partial) :], event.text
+            return [
+                self._event(
+                    "conversation.item.input_audio_transcription.delta", item_id=item.id, content_index=0, delta=delta
+                )
+            ]
+        if not c.committed:
+            return []
+        return [self._transcription_completed(c.committed.popleft(), event.text)]
+
+    def _transcription_completed(self, item: _UserItem, transcript: str) -> str:
+        seconds = max(0, item.audio_end_ms - item.audio_start_ms) / 1000.0
+        return self._event(
+            "conversation.item.input_audio_transcription.completed",
+            item_id=item.id,
+            content_index=0,
+            transcript=transcript,
+            usage={"type": "duration", "seconds": seconds},
+        )
+
+    def _render_speech_started(self, event: SpeechStarted) -> list[str]:
+        c = self._conversation
+        messages = []
+        if c.speaking is not None:  # the turn before it was merged into this one
+            messages.append(self._event("conversation.item.deleted", item_id=c.speaking.id))
+        c.speaking = _UserItem(event.turn, self._id("item"), event.audio_start_ms)
+        messages.append(
+            self._event("input_audio_buffer.speech_started", audio_start_ms=event.audio_start_ms, item_id=c.speaking.id)
+        )
+        return messages
+
+    def _render_committed(self, event: TurnCommitted) -> list[str]:
+        c = self._conversation
+        item = c.speaking if c.speaking is not None and c.speaking.turn == event.turn else None
+        messages = []
+        if item is None:  # committed by the client, without speech_started (turn_detection null)
+            item = _UserItem(event.turn, self._id("item"), 0)
+        else:
+            messages.append(
+                self._event("input_audio_buffer.speech_stopped", audio_end_ms=event.audio_end_ms, item_id=item.id)
+            )
+        c.speaking = None
+        item.audio_end_ms = event.audio_end_ms
+        c.committed.append(item)
+        c.user_items[item.turn] = item.id
+        while len(c.user_items) > REMEMBERED_ITEMS:
+            c.user_items.popitem(last=False)
+        previous, c.last_item = c.last_item, item.id
+        user_item = {
+            "id": item.id,
+            "object": "realtime.item",
+            "type": "message",
+            "role": "user",
+            "status": "completed",
+            "content": [{"type": "input_audio", "transcript": None}],
+        }
+        messages += [
+            self._event("input_audio_buffer.committed", item_id=item.id, previous_item_id=previous),
+            self._event("conversation.item.added", item=user_item, previous_item_id=previous),
+            self._event("conversation.item.done", item=user_item, previous_item_id=previous),
+        ]
+        return messages
+
+    def _render_ignored(self, event: TurnIgnored) -> list[str]:
+        c = self._conversation
+        item = next((i for i in c.committed if i.turn == event.turn), None)
+        if item is not None:
+            c.committed.remove(item)
+        if event.merged:  # its audio and words are the next turn's now, even if its transcript was sent
+            item_id = c.user_items.pop(event.turn, None)
+            return [] if item_id is None else [self._event("conversation.item.deleted", item_id=item_id)]
+        return [] if item is None else [self._transcription_completed(item, "")]
+
+    def _render_cleared(self, event: InputCleared) -> list[str]:
+        self._conversation.speaking = None
+        return [self._event("input_audio_buffer.cleared")]
+
+    def _render_text_added(self, event: UserTextAdded) -> list[str]:
+        c = self._conversation
+        item_id = c.text_item_ids.popleft() if c.text_item_ids else self._id("item")
+        previous, c.last_item = c.last_item, item_id
+        item = {
+            "id": item_id,
+            "object": "realtime.item",
+            "type": "message",
+            "role": "user",
+            "status": "completed",
+            "content": [{"type": "input_text", "text": event.text}],
+        }
+        return [
+            self._event("conversation.item.added", item=item, previous_item_id=previous),
+            self._event("conversation.item.done", item=item, previous_item_id=previous),
+        ]
+
+    def _render_response_started(self, event: ResponseStarted) -> list[str]:
+        c = self._conversation
+        response = _Response(
+            event.response,
+            self._id("resp"),
+            self._id("item"),
+            self.output_format,
+            StreamResampler(self.session_rate, self.output_format.rate),
+        )
+        c.response = response
+        c.responses[response.item_id] = response.number
+        while len(c.responses) > REMEMBERED_ITEMS:
+            c.responses.popitem(last=False)
+        previous, c.last_item = c.last_item, response.item_id
+        item = self._assistant_item(response, "in_progress", content=[])
+        return [
+            self._event("response.created", response=self._response_object(response, "in_progress", [])),
+            self._event("response.output_item.added", response_id=response.id, output_index=0, item=item),
+            self._event("conversation.item.added", item=item, previous_item_id=previous),
+            self._event(
+                "response.content_part.added", **self._part(response), part={"type": "audio", "transcript": ""}
+            ),
+        ]
+
+    def _render_response_ended(self, event: ResponseEnded) -> list[str]:
+        c = self._conversation
+        response = c.response
+        if response is None or response.number != event.response:
+            return []
+        c.response = None
+        status = event.status if event.status in ("completed", "cancelled", "failed") else "failed"
+        item = self._assistant_item(
+            response,
+            "completed" if status == "completed" else "incomplete",
+            content=[{"type": "output_audio", "transcript": response.transcript}],
+        )
+        part = {"type": "audio", "transcript": response.transcript}
+        return [
+            self._event("response.output_audio.done", **self._part(response)),
+            self._event(
+                "response.output_audio_transcript.done", **self._part(response), transcript=response.transcript
+            ),
+            self._event("response.content_part.done", **self._part(response), part=part),
+            self._event("response.output_item.done", response_id=response.id, output_index=0, item=item),
+            self._event("conversation.item.done", item=item),
+            self._event("response.done", response=self._response_object(response, status, [item], reason=event.reason)),
+        ]
+
+    def _render_truncated(self, event: Truncated) -> list[str]:
+        item_id = next((i for i, n in self._conversation.responses.items() if n == event.response), None)
+        if item_id is None:
+            return []
+        return [
+            self._event(
+                "conversation.item.truncated", item_id=item_id, content_index=0, audio_end_ms=event.audio_end_ms
+            )
+        ]
+
+    def _render_config(self, event: SessionConfig) -> list[str]:
+        self.session_rate = event.sample_rate
+        kind = "session.updated" if self._created else "session.created"
+        self._created = True
+        return [self._event(kind, session=self._session_object(event))]
+
+    def _render_metrics(self, event: Metrics) -> list[str]:
+        return [self._event(METRICS_TYPE, **event.values)] if self.metrics else []
+
+    def _render_error(self, event: Error) -> list[str]:
+        server_side = event.code in ("stt_failed", "reply_failed", "internal_error")
+        error = {
+            "type": "server_error" if server_side else "invalid_request_error",
+            "code": event.code,
+            "message": event.message,
+            "param": None,
+            "event_id": event.event_id or None,
+        }
+        return [self._event("error", error=error)]
+
+    # Wire objects.
+
+    def _session_object(self, config: SessionConfig) -> dict[str, Any]:
+        return {
+            "type": "realtime",
+            "object": "realtime.session",
+            "id": self.session_id,
+            "model": self.model,
+            "output_modalities": ["audio"],
+            "instructions": config.instructions,
+            "tools": [],
+            "tool_choice": "auto",
+            "max_output_tokens": config.max_output_tokens or "inf",
+            "tracing": None,
+            "truncation": "auto",
+            "prompt": None,
+            "audio": {
+                "input": {
+                    "format": self.input_format.describe(),
+                    "transcription": {"model": "whisper"},
+                    "noise_reduction": None,
+                    "turn_detection": _describe_turn_detection(config.turn_detection),
+                },
+                "output": {"format": self.output_format.describe(), "voice": config.voice, "speed": 1.0},
+            },
+        }
+
+    def _response_object(
+        self, response: _Response, status: str, output: list[dict[str, Any]], reason: str = ""
+    ) -> dict[str, Any]:
+        details = None
+        if status != "in_progress" and status != "completed":
+            details = {"type": status, "reason": reason or None}
+        return {
+            "id": response.id,
+            "object": "realtime.response",
+            "status": status,
+            "status_details": details,
+            "output": output,
+            "conversation_id": "conv_" + self.session_id.removeprefix("sess_"),
+            "output_modalities": ["audio"],
+            "audio": {"output": {"format": response.format.describe()}},
+            "usage": None,
+        }
+
+    def _assistant_item(self, response: _Response, status: str, content: list[dict[str, Any]]) -> dict[str, Any]:
+        return {
+            "id": response.item_id,
+            "object": "realtime.item",
+            "type": "message",
+            "role": "assistant",
+            "status": status,
+            "content": content,
+        }
+
+    @staticmethod
+    def _part(response: _Response) -> dict[str, Any]:
+        return {"response_id": response.id, "item_id": response.item_id, "output_index": 0, "content_index": 0}
+
+    def _event(self, kind: str, **fields: Any) -> str:
+        return json.dumps({"type": kind, "event_id": self._id("event"), **fields}, separators=(",", ":"))
+
+    def _id(self, prefix: str) -> str:
+        return f"{prefix}_{next(self._ids):06d}"
+
+
+def _object(message: dict[str, Any], name: str, required: bool = True) -> dict[str, Any]:
+    value = message.get(name)
+    if value is None and not required:
+        return {}
+    if not isinstance(value, dict):
+        raise _Invalid("invalid_value", f"{name} must be an object")
+    return value
+
+
+def _audio_format(value: Any) -> AudioFormat:
+    if isinstance(value, str) and value in _BETA_FORMATS:
+        return _BETA_FORMATS[value]
+    if isinstance(value, dict) and isinstance(value.get("type"), str) and value["type"] in _FORMATS:
+        audio_format = _FORMATS[value["type"]]
+        rate = value.get("rate", audio_format.rate)
+        if rate == audio_format.rate and not isinstance(rate, bool):
+            return audio_format
+        raise _Invalid("unsupported_audio_format", f"{audio_format.type} is served at {audio_format.rate} Hz only")
+    raise _Invalid(
+        "unsupported_audio_format",
+        f"expected {{'type': 'audio/pcm', 'rate': 24000}}, audio/pcmu or audio/pcma; got {value!r}",
+    )
+
+
+def _turn_detection(value: Any) -> TurnDetection:
+    if value is None:
+        return TurnDetection(MANUAL, create_response=False, interrupt_response=False)
+    if not isinstance(value, dict):
+        raise _Invalid("invalid_value", "must be an object or null")
+    mode = value.get("type", SERVER_VAD)
+    if mode not in (SERVER_VAD, SEMANTIC_VAD):
+        raise _Invalid("invalid_value", f"type must be server_vad or semantic_vad; got {mode!r}")
+    flags = {}
+    for name in ("create_response", "interrupt_response"):
+        if value.get(name) is not None:
+            if not isinstance(value[name], bool):
+                raise _Invalid("invalid_value", f"{name} must be true or false")
+            flags[name] = value[name]
+    if mode == SEMANTIC_VAD:
+        eagerness = value.get("eagerness") or "auto"
+        if eagerness not in EAGERNESS:
+            raise _Invalid("invalid_value", f"eagerness must be one of {', '.join(EAGERNESS)}")
+        return TurnDetection(SEMANTIC_VAD, eagerness=eagerness, **flags)
+    silence = _whole(value, "silence_duration_ms", 0, 10_000)
+    padding = _whole(value, "prefix_padding_ms", 0, 2_000)
+    threshold = value.get("threshold")
+    if threshold is not None and (
+        isinstance(threshold, bool)
+        or not isinstance(threshold, int | float)
+        or not math.isfinite(threshold)
+        or not 0 < threshold < 1
+    ):
+        raise _Invalid("invalid_value", "threshold must be a number between 0 and 1")
+    return TurnDetection(
+        SERVER_VAD,
+        silence_ms=silence,
+        prefix_padding_ms=padding,
+        threshold=None if threshold is None else float(threshold),
+        **flags,
+    )
+
+
+def _whole(value: dict[str, Any], name: str, low: int, high: int) -> int | None:
+    number = value.get(name)
+    if number is None:
+        return None
+    if isinstance(number, bool) or not isinstance(number, int) or not low <= number <= high:
+        raise _Invalid("invalid_value", f"{name} must be a whole number from {low} to {high}")
+    return number
+
+
+def _max_tokens(value: Any) -> int:
+    if value == "inf":
+        return NO_TOKEN_LIMIT
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_TOKENS:
+        raise _Invalid("invalid_value", f"max_output_tokens must be 1 to {MAX_TOKENS} or 'inf'")
+    return value
+
+
+def _audio_modalities(value: Any) -> bool:
+    """Whether a modalities list asks for spoken answers (the beta's ["text", "audio"] does too)."""
+    return isinstance(value, list) and "audio" in value
+
+
+def _describe_turn_detection(detection: TurnDetection) -> dict[str, Any] | None:
+    flags = {"create_response": detection.create_response, "interrupt_response": detection.interrupt_response}
+    if detection.mode == MANUAL:
+        return None
+    if detection.mode == SEMANTIC_VAD:
+        return {"type": SEMANTIC_VAD, "eagerness": detection.eagerness, **flags}
+    return {
+        "type": SERVER_VAD,
+        "threshold": detection.threshold,
+        "prefix_padding_ms": detection.prefix_padding_ms,
+        "silence_duration_ms": detection.silence_ms,
+        "idle_timeout_ms": None,
+        **flags,
+    }
+
+
+_HANDLERS: dict[str, Callable[[RealtimeProtocol, dict[str, Any], str], list[InputEvent]]] = {
+    "session.update": RealtimeProtocol._on_session_update,
+    "input_audio_buffer.append": RealtimeProtocol._on_append,
+    "input_audio_buffer.commit": RealtimeProtocol._on_commit,
+    "input_audio_buffer.clear": RealtimeProtocol._on_clear,
+    "conversation.item.create": RealtimeProtocol._on_item_create,
+    "conversation.item.truncate": RealtimeProtocol._on_item_truncate,
+    "conversation.item.delete": RealtimeProtocol._unsupported,
+    "conversation.item.retrieve": RealtimeProtocol._unsupported,
+    "output_audio_buffer.clear": RealtimeProtocol._unsupported,
+    "response.create": RealtimeProtocol._on_response_create,
+    "response.cancel": RealtimeProtocol._on_response_cancel,
+}
+
+_RENDERERS: dict[type, Callable[[RealtimeProtocol, Any], list[str]]] = {
+    AgentAudio: RealtimeProtocol._render_audio,
+    Transcript: RealtimeProtocol._render_transcript,
+    SpeechStarted: RealtimeProtocol._render_speech_started,
+    TurnCommitted: RealtimeProtocol._render_committed,
+    TurnIgnored: RealtimeProtocol._render_ignored,
+    InputCleared: RealtimeProtocol._render_cleared,
+    UserTextAdded: RealtimeProtocol._render_text_added,
+    ResponseStarted: RealtimeProtocol._render_response_started,
+    ResponseEnded: RealtimeProtocol._render_response_ended,
+    Truncated: RealtimeProtocol._render_truncated,
+    SessionConfig: RealtimeProtocol._render_config,
+    Metrics: RealtimeProtocol._render_metrics,
+    Error: RealtimeProtocol._render_error,
+}

@@ -1,0 +1,61 @@
+"""A client's choice of turn detection (the Realtime protocol's ``turn_detection``), mapped onto ours.
+
+Pure: from the server's settings and the client's :class:`TurnDetection`, the
+session's own copy of the settings (VAD threshold, the three end-of-turn
+silences of :mod:`.turn`, preemptive generation), its pre-roll, and the
+detection in effect with every field filled in, for the client to see.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from .audio import PIPELINE_RATE
+from .config import Settings
+from .listener import PREROLL_SAMPLES
+from .protocols.events import MANUAL, SEMANTIC_VAD, SERVER_VAD, TurnDetection
+
+# semantic_vad's eagerness scales the transcript-aware silences: with the
+# defaults "high" answers 210 ms after a complete sentence, "low" after 700 ms.
+EAGERNESS_SCALE = {"high": 0.6, "medium": 1.0, "auto": 1.0, "low": 2.0}
+
+
+@dataclass(frozen=True)
+class TurnTaking:
+    settings: Settings
+    preroll_samples: int
+    manual: bool  # the client ends turns: no VAD
+    in_effect: TurnDetection
+
+
+def turn_taking(base: Settings, detection: TurnDetection) -> TurnTaking:
+    complete, default, incomplete = base.end_silence_complete_ms, base.end_silence_ms, base.end_silence_incomplete_ms
+    if detection.mode == SEMANTIC_VAD:
+        scale = EAGERNESS_SCALE[detection.eagerness]
+        complete, default, incomplete = (round(ms * scale) for ms in (complete, default, incomplete))
+    elif detection.silence_ms is not None:
+        # The client's silence ends a turn whose words give no hint; a complete
+        # sentence never waits longer, a trailing "and" never shorter.
+        default = detection.silence_ms
+        complete, incomplete = min(complete, default), max(incomplete, default)
+    threshold = base.vad_threshold if detection.threshold is None else detection.threshold
+    settings = dataclasses.replace(
+        base,
+        vad_threshold=threshold,
+        end_silence_complete_ms=complete,
+        end_silence_ms=default,
+        end_silence_incomplete_ms=incomplete,
+        # An answer prepared in the pause is wasted when the client decides when to answer.
+        preemptive_generation=base.preemptive_generation and detection.create_response,
+    )
+    preroll = PREROLL_SAMPLES
+    if detection.prefix_padding_ms is not None:
+        preroll = detection.prefix_padding_ms * PIPELINE_RATE // 1000
+    in_effect = dataclasses.replace(
+        detection,
+        silence_ms=default if detection.mode == SERVER_VAD else None,
+        prefix_padding_ms=preroll * 1000 // PIPELINE_RATE,
+        threshold=threshold,
+    )
+    return TurnTaking(settings, preroll, detection.mode == MANUAL, in_effect)

@@ -29,6 +29,8 @@ from .barge_in import BargeIn, BargeInPolicy
 from .config import Settings
 from .conversation import Conversation
 from .echo import WHOLE_ECHO_SHARE
+from .echo_reference import INPUT_SAMPLES as ECHO_INPUT_SAMPLES
+from .echo_reference import EchoReference
 from .engines import Engines
 from .listener import PREROLL_SAMPLES, Listener
 from .llm.base import LLMBackend, Message
@@ -36,6 +38,7 @@ from .llm.limited import TokenLimited
 from .llm.scripted import ScriptedLLM
 from .protocols.events import (
     NO_TOKEN_LIMIT,
+    AgentAudio,
     AudioReceived,
     Clear,
     Error,
@@ -144,8 +147,9 @@ class Session:
         self.agent = agent  # None: the plain assistant, and none of the agent's work on any path
         if agent is not None:
             emit = _recorded(emit, agent)
-        self._emit = emit
+        self._send = emit
         self._clock = clock
+        self._output = EchoReference(clock())  # what the client plays: its echo is not the user
         self.listener = Listener(
             settings, engines.vad.stream(), lambda: self.engines.stt, emit, self, session_id, clock
         )
@@ -172,6 +176,13 @@ class Session:
         self._spoken: OrderedDict[int, _Spoken] = OrderedDict()
         self._cancel_reason = ""  # why the answer under way is cancelled, for ResponseEnded
         self._unreported_end: ResponseEnded | None = None  # an answer a new turn cancelled, told after it
+
+    def _emit(self, event: OutputEvent) -> None:
+        if isinstance(event, AgentAudio):
+            self._output.played(event.samples, self.sample_rate, self._clock())
+        elif isinstance(event, Clear):
+            self._output.cleared(self._clock())
+        self._send(event)
 
     @property
     def state(self) -> TurnState:
@@ -311,6 +322,13 @@ class Session:
         if answer is None or not (answer.heard_nothing or answer.in_grace(self._clock(), self.settings.reply_grace_ms)):
             return None
         return answer.turn_start
+
+    def hears_own_voice(self, end: int) -> bool:
+        if not self.settings.barge_in_ignore_echo:
+            return False
+        timeline = self.listener.timeline
+        heard = timeline.slice(end - ECHO_INPUT_SAMPLES, end)
+        return self._output.explains(heard, timeline.arrival_time(end))
 
     def user_speaks(self, turn: UserTurn) -> None:
         """Interrupt the agent for real speech, not for "mm-hm" or a cough (:mod:`.barge_in`)."""
@@ -499,9 +517,15 @@ class Session:
         """Ask the end-of-turn signals about the speculative transcript, and start answering it, held back."""
         if self._echoes_last_answer(turn, text):
             return  # nothing to prepare: the commit drops it
+        prepare = (
+            self.settings.preemptive_generation
+            and has_words(text)
+            and turn.needs_answer
+            and self.state is not TurnState.SPEAKING  # speech over the agent: only a barge-in makes it a turn
+        )
         if turn.needs_signals and has_words(text) and self.state is not TurnState.SPEAKING:
-            # Asked before the answer starts: the LLM's reading is the start of the answer's
-            # own prompt evaluation, and the answer waits for it rather than repeat it.
+            # With an answer prepared, the LLM reads the signal in the answer's own prompt
+            # evaluation: no second evaluation, and the answer never waits for it.
             turn.gather(
                 PauseSignals(
                     text,
@@ -512,14 +536,10 @@ class Session:
                     None
                     if self.engines.smart_turn is None
                     else self.listener.timeline.slice(turn.start, self.listener.timeline.received),
+                    answering=prepare,
                 )
             )
-        if (
-            not self.settings.preemptive_generation
-            or not has_words(text)
-            or not turn.needs_answer
-            or self.state is TurnState.SPEAKING  # speech over the agent: only a barge-in makes it a turn
-        ):
+        if not prepare:
             return
         metrics = TurnMetrics(turn.id, stt_final_ms=stt_ms)
         messages = self.conversation.messages_for(text)

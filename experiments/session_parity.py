@@ -48,7 +48,7 @@ class LLM:
     async def stream_chat(self, messages):
         yield "Okay."
 
-    async def end_of_turn_logprob(self, messages):
+    async def end_of_turn_logprob(self, messages, *, answering=False):
         return None  # no opinion: the end-of-turn rule decides on the words and the silence
 
 

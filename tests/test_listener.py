@@ -8,7 +8,7 @@ import numpy as np
 
 from tests.test_session import EnergyVAD, quiet, tone
 from voice_agent.config import Settings
-from voice_agent.listener import PREROLL_SAMPLES, Listener
+from voice_agent.listener import IDLE_KEEP_SAMPLES, PREROLL_SAMPLES, Listener
 from voice_agent.protocols.events import Transcript
 from voice_agent.vad import WINDOW
 
@@ -30,9 +30,10 @@ class WordsSTT:
 class Floor:
     """A turn taker that records what it is asked."""
 
-    def __init__(self, unanswered=None):
+    def __init__(self, unanswered=None, own_voice=False):
         self.calls: list[tuple] = []
         self.unanswered = unanswered
+        self.own_voice = own_voice
 
     def begin_turn(self, start):
         self.calls.append(("begin", start))
@@ -50,6 +51,9 @@ class Floor:
 
     def unanswered_start(self):
         return self.unanswered
+
+    def hears_own_voice(self, end):
+        return self.own_voice
 
 
 def listener(floor: Floor, **settings) -> tuple[Listener, list]:
@@ -75,7 +79,7 @@ async def test_speech_makes_a_turn_with_pre_roll_that_a_pause_commits():
     await feed(made, tone(0.6))
     [(kind, start)] = floor.calls
     # Some audio from before the speech began (the VAD fires late), at most the pre-roll before it.
-    assert kind == "begin" and RATE - PREROLL_SAMPLES <= start < RATE - WINDOW
+    assert kind == "begin" and RATE - PREROLL_SAMPLES - WINDOW <= start < RATE - WINDOW
     assert made.turn is not None and made.turn.start == start
     await feed(made, quiet(0.4))
     assert ("pause", "Hello there.") in floor.calls and floor.calls[-1] == ("commit", 1)
@@ -92,7 +96,7 @@ async def test_audio_is_kept_for_a_turn_that_may_merge_and_trimmed_otherwise():
     assert made.timeline.start == RATE // 2  # the committed turn's audio, while nobody heard its answer
     floor.unanswered = None
     await feed(made, quiet(0.1))
-    assert made.timeline.start == made.timeline.received - PREROLL_SAMPLES  # only the pre-roll
+    assert made.timeline.start == made.timeline.received - IDLE_KEEP_SAMPLES  # only the pre-roll and echo test
     await made.close()
 
 
@@ -104,3 +108,16 @@ async def test_a_short_blip_is_not_a_turn():
     await feed(made, np.concatenate([tone(0.1), quiet(0.5)]))  # four windows: a turn
     assert floor.calls[0][0] == "begin"
     await made.close()
+
+
+async def test_speech_that_is_the_agents_own_voice_makes_no_turn():
+    floor = Floor(own_voice=True)
+    made, _ = listener(floor)
+    await feed(made, quiet(0.5))
+    await feed(made, tone(0.6))
+    assert floor.calls == [] and made.turn is None
+    echo_end = made.timeline.received
+    floor.own_voice = False  # the user speaks: a turn as ever, its pre-roll none of the echo
+    await feed(made, tone(0.3))
+    [(kind, start)] = floor.calls
+    assert kind == "begin" and echo_end - WINDOW <= start <= echo_end

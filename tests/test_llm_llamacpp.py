@@ -148,6 +148,23 @@ async def test_end_of_turn_logprob_evaluates_only_new_words_and_prepares_the_ans
     assert not counts[1 - instance]
 
 
+async def test_an_answer_reads_the_end_of_turn_probability_in_its_own_evaluation(pool, llm):
+    counts = record_evaluations(pool)
+    messages = [*HISTORY, {"role": "user", "content": "What time do you open on Sundays?"}]
+    reading = asyncio.create_task(pool.end_of_turn_logprob(messages, answering=True))
+    await asyncio.sleep(0.1)
+    assert not reading.done() and not any(counts)  # nothing evaluated for the reading alone
+    assert [delta async for delta in pool.stream_chat(messages)]
+    logprob = await reading
+    # The answer's prompt in two evaluations: up to the user's words, then the template's few tokens after them.
+    [calls] = [calls for calls in counts if calls]
+    assert len(calls) >= 2 and calls[1] <= 6
+    alone = await llm.end_of_turn_logprob(messages)  # another backend's own evaluation
+    assert logprob is not None and alone is not None and abs(logprob - alone) < 0.1 and logprob > -4
+    # Asked again for those messages (a later pause with the same words): the answer's reading, at once.
+    assert await pool.end_of_turn_logprob(messages) == logprob
+
+
 async def test_end_of_turn_logprob_never_waits_for_a_busy_pool(llm):
     stream = llm.stream_chat([{"role": "user", "content": "Tell me a long story about a dragon."}])
     assert await anext(stream)

@@ -79,12 +79,14 @@ class FakeLLM:
         self.finished = 0
         self.end_of_turn: float | None = None  # what end_of_turn_logprob answers
         self.asked_end_of_turn: list[list[dict]] = []
+        self.answering: list[bool] = []  # whether each ask said an answer to the same messages is starting
 
     async def prefill(self, messages):
         self.prefilled.append(messages)
 
-    async def end_of_turn_logprob(self, messages):
+    async def end_of_turn_logprob(self, messages, *, answering=False):
         self.asked_end_of_turn.append(messages)
+        self.answering.append(answering)
         return self.end_of_turn
 
     async def stream_chat(self, messages):
@@ -547,6 +549,18 @@ async def test_a_question_the_llm_calls_finished_is_answered_after_the_confident
     # The LLM was asked about the user's words with the prompt the answer uses.
     assert h.llm.asked_end_of_turn[0][-1] == {"role": "user", "content": "Are you open tonight?"}
     assert h.llm.asked_end_of_turn[0] == h.llm.requests[0]
+    # The held answer to those words reads it in its own evaluation: asked as such, never evaluated twice.
+    assert h.llm.answering[0] is True
+    await h.session.close()
+
+
+async def test_without_a_held_answer_the_llm_evaluates_the_end_of_turn_on_its_own():
+    h = Harness(preemptive_generation=False)
+    h.stt.text = "Are you open tonight?"
+    await h.feed(tone(0.5), realtime=False)
+    await h.feed(quiet(0.8))
+    await h.until(lambda: h.of(Metrics))
+    assert h.llm.answering and not any(h.llm.answering)
     await h.session.close()
 
 

@@ -33,7 +33,7 @@ class ScriptedLLM:
     async def prefill(self, messages):
         pass
 
-    async def end_of_turn_logprob(self, messages):
+    async def end_of_turn_logprob(self, messages, *, answering=False):
         return None  # no opinion: the session's other end-of-turn signals decide
 
     async def warm_up(self):

@@ -10,14 +10,14 @@ class SlowLLM:
     def __init__(self, logprob, delay):
         self.logprob, self.delay, self.asked = logprob, delay, []
 
-    async def end_of_turn_logprob(self, messages):
+    async def end_of_turn_logprob(self, messages, *, answering=False):
         self.asked.append(messages)
         await asyncio.sleep(self.delay)
         return self.logprob
 
 
 class FailingLLM:
-    async def end_of_turn_logprob(self, messages):
+    async def end_of_turn_logprob(self, messages, *, answering=False):
         raise RuntimeError("no logits")
 
 

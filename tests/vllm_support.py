@@ -73,6 +73,10 @@ def start_vllm_serve(timeout: float = 600.0):
             "2048",
             "--enforce-eager",
             "--enable-prefix-caching",
+            # Tool calls as a deployment would serve them; a named tool_choice needs a parser set.
+            "--enable-auto-tool-choice",
+            "--tool-call-parser",
+            "hermes",
         ],
         stdout=log_file,
         stderr=subprocess.STDOUT,

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -19,7 +20,9 @@ from . import log as logs
 from .audio import PIPELINE_RATE
 from .barge_in import BargeIn, BargeInPolicy
 from .echo import WHOLE_ECHO_SHARE
-from .protocols.events import TurnIgnored
+from .echo_reference import INPUT_SAMPLES as ECHO_INPUT_SAMPLES
+from .echo_reference import EchoReference
+from .protocols.events import AgentAudio, Clear, OutputEvent, TurnIgnored
 from .reply import Reply
 from .turn import has_words
 from .user_turn import UserTurn
@@ -45,6 +48,27 @@ class Interruptions:
         self.policy = policy
         self.echo_heard = False  # the agent's own voice came back in this session
         self._finished: tuple[Reply, float] | None = None  # the last answer played to its end, and when
+        self._output = EchoReference(session.clock())  # what the client plays: its echo is not the user
+
+    def watching_output(self, send: Callable[[OutputEvent], None]) -> Callable[[OutputEvent], None]:
+        """``send``, with the agent's audio and the client's buffer clears noted first, for :meth:`hears_own_voice`."""
+
+        def send_watched(event: OutputEvent) -> None:
+            if isinstance(event, AgentAudio):
+                self._output.played(event.samples, self._session.sample_rate, self._session.clock())
+            elif isinstance(event, Clear):
+                self._output.cleared(self._session.clock())
+            send(event)
+
+        return send_watched
+
+    def hears_own_voice(self, end: int) -> bool:
+        """Whether the input up to sample ``end`` is the agent's own output coming back."""
+        if not self._session.settings.barge_in_ignore_echo:
+            return False
+        timeline = self._session.listener.timeline
+        heard = timeline.slice(end - ECHO_INPUT_SAMPLES, end)
+        return self._output.explains(heard, timeline.arrival_time(end))
 
     def answer_finished(self, reply: Reply, at: float) -> None:
         self._finished = (reply, at)

@@ -21,6 +21,7 @@ import numpy as np
 
 from .audio import PIPELINE_RATE, StreamResampler
 from .config import Settings
+from .echo_reference import INPUT_SAMPLES as ECHO_INPUT_SAMPLES
 from .interfaces import SpeechStream, STTBackend
 from .protocols.events import OutputEvent, Transcript
 from .timeline import AudioTimeline
@@ -31,6 +32,7 @@ from .vad import WINDOW, WINDOW_MS
 log = logging.getLogger(__name__)
 
 PREROLL_SAMPLES = PIPELINE_RATE * 3 // 10  # keep 300 ms before detected speech: Silero fires late
+IDLE_KEEP_SAMPLES = max(PREROLL_SAMPLES, ECHO_INPUT_SAMPLES)  # kept between turns: the pre-roll, the echo test
 VAD_HYSTERESIS = 0.15
 # Silero scores the first window of resumed speech 0.07 to 0.66 (a 32 ms window
 # that is partly silence) and the silence of a pause under 0.05
@@ -68,6 +70,10 @@ class TurnTaker(Protocol):
         """The start of a committed turn's audio that may yet merge with the next turn."""
         ...
 
+    def hears_own_voice(self, end: int) -> bool:
+        """Whether the input up to sample ``end`` is the agent's own output coming back."""
+        ...
+
 
 class Listener:
     def __init__(
@@ -101,6 +107,7 @@ class Listener:
             settings.end_silence_statement_ms,
         )
         self._analysed = 0  # samples the VAD has seen
+        self._echo_end = 0  # the end of the last speech window that was the agent's own voice
         self._speech_run_ms = 0.0
         self._partial_task: asyncio.Task | None = None
         self._preroll = PREROLL_SAMPLES
@@ -161,13 +168,17 @@ class Listener:
     def _on_window(self, probability: float) -> None:
         end = self._analysed
         threshold = self.settings.vad_threshold
+        if probability >= threshold and self._turn_taker.hears_own_voice(end):
+            probability = 0.0  # the agent's voice through the client's loudspeaker: silence from the user
+            self._echo_end = end
         if probability >= threshold:
             self._speech_run_ms += WINDOW_MS
             if self.turn is not None:
                 self.turn.on_speech(end)
             elif self._speech_run_ms >= self.settings.vad_min_speech_ms:
                 run = int(self._speech_run_ms * PIPELINE_RATE / 1000)
-                start = max(self.timeline.start, end - run - self._preroll)
+                # The pre-roll stops at the agent's echo: Whisper would read its words as the user's.
+                start = max(self.timeline.start, end - run - self._preroll, self._echo_end)
                 start, over_agent = self._turn_taker.begin_turn(start)
                 self.turn = UserTurn(
                     next(self.turn_ids),
@@ -235,7 +246,7 @@ class Listener:
             if start is not None:
                 keep_from = min(keep_from, start)
         if self.turn is None and pending is None:
-            keep_from = max(keep_from, received - PREROLL_SAMPLES)
+            keep_from = max(keep_from, received - max(self._preroll, IDLE_KEEP_SAMPLES))
         if self.manual:  # the uncommitted buffer, at most the last max_turn_s of it like a turn
             keep_from = max(self._buffer_start, received - int(self.settings.max_turn_s * PIPELINE_RATE))
         self.timeline.trim(keep_from)

@@ -69,12 +69,12 @@ class Session:
         self.settings = settings
         self.id = session_id
         self.agent = agent  # None: the plain assistant, and none of the agent's work on any path
-        self.emit = emit if agent is None else agent.recorded(emit)
         self.clock = clock
+        self.interruptions = Interruptions(self, BargeInPolicy.from_settings(settings))
+        self.emit = self.interruptions.watching_output(emit if agent is None else agent.recorded(emit))
         self.listener = Listener(
             settings, engines.vad.stream(), lambda: self.engines.stt, self.emit, self, session_id, clock
         )
-        self.interruptions = Interruptions(self, BargeInPolicy.from_settings(settings))
         self.merge = TurnMerge(self)
         self.conversation = Conversation.from_settings(
             settings, lambda messages: self.engines.llm.prefill(messages), session_id
@@ -175,6 +175,9 @@ class Session:
 
     def unanswered_start(self) -> int | None:
         return self.merge.unanswered_start()
+
+    def hears_own_voice(self, end: int) -> bool:
+        return self.interruptions.hears_own_voice(end)
 
     def user_speaks(self, turn: UserTurn) -> None:
         """Interrupt the agent for real speech, not for "mm-hm" or a cough (:mod:`.interruptions`)."""
@@ -277,20 +280,18 @@ class Session:
         """Ask the end-of-turn signals about the speculative transcript, and start answering it, held back."""
         if self.interruptions.echoes_last_answer(turn, text):
             return  # nothing to prepare: the commit drops it
-        if turn.needs_signals and has_words(text) and self.state is not TurnState.SPEAKING:
-            # Asked before the answer starts: the LLM's reading is the start of the answer's
-            # own prompt evaluation, and the answer waits for it rather than repeat it.
+        words = has_words(text) and self.state is not TurnState.SPEAKING  # over the agent, only a barge-in makes a turn
+        prepare = words and self.settings.preemptive_generation and turn.needs_answer
+        if turn.needs_signals and words:
+            # With an answer prepared, the LLM reads the signal in the answer's own prompt
+            # evaluation: no second evaluation, and the answer never waits for it.
             timeline, smart_turn = self.listener.timeline, self.engines.smart_turn
             audio = None if smart_turn is None else timeline.slice(turn.start, timeline.received)
             llm = self.engines.llm if self.settings.end_of_turn_llm else None
             agent_words = self.conversation.agent_last_words()
-            turn.gather(PauseSignals(text, agent_words, llm, self.conversation.messages_for(text), smart_turn, audio))
-        if (
-            not self.settings.preemptive_generation
-            or not has_words(text)
-            or not turn.needs_answer
-            or self.state is TurnState.SPEAKING  # speech over the agent: only a barge-in makes it a turn
-        ):
+            messages = self.conversation.messages_for(text)
+            turn.gather(PauseSignals(text, agent_words, llm, messages, smart_turn, audio, answering=prepare))
+        if not prepare:
             return
         metrics = TurnMetrics(turn.id, stt_final_ms=stt_ms)
         messages = self.conversation.messages_for(text)

@@ -34,6 +34,7 @@ class PauseSignals:
         messages: list[Message],
         smart_turn: SmartTurn | None,
         audio: np.ndarray | None,  # the turn's audio so far, for smart_turn
+        answering: bool = False,  # an answer to ``messages`` is starting: the LLM reads the signal on its way
     ):
         self.text = text
         self.answer = answer_completeness(expectation(agent_text), text)
@@ -42,7 +43,7 @@ class PauseSignals:
         self._llm: asyncio.Task | None = None
         self._audio: asyncio.Task | None = None
         if llm is not None:
-            self._llm = asyncio.create_task(llm.end_of_turn_logprob(messages))
+            self._llm = asyncio.create_task(llm.end_of_turn_logprob(messages, answering=answering))
             self._llm.add_done_callback(lambda _: setattr(self, "llm_ms", (time.monotonic() - started) * 1000.0))
             self._llm.add_done_callback(_log_failure)
         if smart_turn is not None and audio is not None:

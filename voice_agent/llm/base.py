@@ -60,12 +60,15 @@ class LLMBackend(Protocol):
         """
         ...
 
-    async def end_of_turn_logprob(self, messages: list[Message]) -> float | None:
+    async def end_of_turn_logprob(self, messages: list[Message], *, answering: bool = False) -> float | None:
         """Log probability that the last (user) message of ``messages`` is finished as it stands.
 
         An optional signal for the turn decision: a backend that cannot read
         the end-of-turn token's probability returns None, and the decision
-        falls back to the transcript rules.
+        falls back to the transcript rules. ``answering``: an answer to
+        exactly ``messages`` is being started: a backend that can read the
+        probability while evaluating that answer's prompt does so, rather
+        than evaluate the prompt twice.
         """
         ...
 

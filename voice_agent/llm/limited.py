@@ -35,8 +35,8 @@ class TokenLimited:
     async def prefill(self, messages: list[Message]) -> None:
         await self._llm.prefill(messages)
 
-    async def end_of_turn_logprob(self, messages: list[Message]) -> float | None:
-        return await self._llm.end_of_turn_logprob(messages)
+    async def end_of_turn_logprob(self, messages: list[Message], *, answering: bool = False) -> float | None:
+        return await self._llm.end_of_turn_logprob(messages, answering=answering)
 
     async def warm_up(self) -> None:
         await self._llm.warm_up()

@@ -20,6 +20,7 @@ import logging
 import math
 import os
 import time
+from collections import OrderedDict
 from collections.abc import AsyncGenerator, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -37,6 +38,11 @@ log = logging.getLogger(__name__)
 # more would run beside Piper while the reply synthesizes its first chunk and
 # does not read (iterate_in_thread computes nothing past this).
 TOKENS_AHEAD = 1
+ANSWER_READINGS_KEPT = 16  # answers whose end-of-turn reading a turn's signals may still ask for
+
+
+def _key(messages: list[Message]) -> tuple:
+    return tuple((message["role"], message["content"]) for message in messages)
 
 
 def default_model_path() -> str:
@@ -103,6 +109,8 @@ class LlamaCppBackend:
         self._changed: asyncio.Condition | None = None  # an instance was taken or given back
         self._instances: list[_Instance] = []
         self._formatter: Any = None  # the chat template, for end_of_turn_logprob
+        # The end-of-turn probability each recent answer read on its way, by its messages.
+        self._answer_readings: OrderedDict[tuple, asyncio.Future] = OrderedDict()
         for i in range(instances):
             log.info("loading LLM %s (instance %d of %d)", self.model_path, i + 1, instances)
             self._instances.append(
@@ -160,11 +168,12 @@ class LlamaCppBackend:
         self, messages: list[Message], tools: list[dict[str, Any]] | None = None
     ) -> AsyncGenerator[str, None]:
         """Stream the answer; ``tools`` are ignored (see ``supports_tools``)."""
+        loop = asyncio.get_running_loop()
         instance = await self._take(messages)
         try:
             # A few tokens ahead at most: a reader that pauses pauses the computation.
             deltas = iterate_in_thread(
-                lambda: self._generate(instance.llama, messages), self._executor, ahead=TOKENS_AHEAD
+                lambda: self._generate(instance.llama, messages, loop), self._executor, ahead=TOKENS_AHEAD
             )
             # Closed explicitly: when this stream is closed early, the worker must
             # have stopped before the instance goes back to the pool, not whenever
@@ -175,20 +184,26 @@ class LlamaCppBackend:
         finally:
             await self._give_back(instance)
 
-    async def end_of_turn_logprob(self, messages: list[Message]) -> float | None:
+    async def end_of_turn_logprob(self, messages: list[Message], *, answering: bool = False) -> float | None:
         """Log probability that the last user message ends where its words end.
 
         The probability of the token the chat template puts after a user's
         message (``<|im_end|>`` for SmolLM2) right after the words so far: a
         sentence cut off mid-way ("I want to go to") scores below -10, a
-        finished question about -1. Its prompt is the start of the prompt the
-        answer to these words evaluates, so the instance is marked as filling
-        its cache: the answer waits for it rather than evaluating it all
-        again elsewhere, and only the few template tokens after the words are
-        left for the answer. Only the words after the instance's cached prefix
-        are evaluated. None when no instance is idle: an end-of-turn guess
-        never makes an answer wait.
+        finished question about -1.
+
+        ``answering``: an answer to exactly these messages is starting. Every
+        answer evaluates its prompt in two steps, up to the user's last word
+        and then the template's tokens after it, and reads the probability in
+        between (:meth:`_generate`): that reading is returned, when the answer
+        gets there, for no evaluation of its own and no wait for an instance.
+        Without it, the probability is evaluated on an idle instance, which is
+        marked as filling its cache with the answer's prompt; None when no
+        instance is idle: an end-of-turn guess never makes an answer wait.
         """
+        key = _key(messages)
+        if answering or key in self._answer_readings:
+            return await asyncio.shield(self._answer_reading(key))
         if self.idle_instances < 1:
             return None
         instance = await self._take(messages)
@@ -202,6 +217,20 @@ class LlamaCppBackend:
             raise
         finally:
             await self._give_back(instance)
+
+    def _answer_reading(self, key: tuple) -> asyncio.Future:
+        """Where the answer to the messages ``key`` puts its end-of-turn reading; recent ones only."""
+        reading = self._answer_readings.get(key)
+        if reading is None:
+            reading = self._answer_readings[key] = asyncio.get_running_loop().create_future()
+            while len(self._answer_readings) > ANSWER_READINGS_KEPT:
+                self._answer_readings.popitem(last=False)[1].cancel()
+        return reading
+
+    def _read(self, key: tuple, logprob: float | None) -> None:
+        reading = self._answer_reading(key)
+        if not reading.done():
+            reading.set_result(logprob)
 
     def _end_of_turn_logprob(self, llama, messages: list[Message]) -> float | None:
         from llama_cpp import llama_get_logits_ith
@@ -274,7 +303,11 @@ class LlamaCppBackend:
         finally:
             await self._give_back(instance)
 
-    def _generate(self, llama, messages: list[Message]) -> Iterator[str]:
+    def _generate(self, llama, messages: list[Message], loop: asyncio.AbstractEventLoop) -> Iterator[str]:
+        if messages and messages[-1]["role"] == "user":
+            # The prompt up to the user's last word, then its logits read: create_chat_completion
+            # finds that prefix in the cache and evaluates only the template's tokens after it.
+            loop.call_soon_threadsafe(self._read, _key(messages), self._end_of_turn_logprob(llama, messages))
         stream = llama.create_chat_completion(
             messages=messages,
             stream=True,

@@ -231,7 +231,7 @@ class OpenAICompatBackend:
     async def prefill(self, messages: list[Message]) -> None:
         """Nothing: an extra request per turn would cost every gateway's endpoint more than the server's own prefix cache saves."""
 
-    async def end_of_turn_logprob(self, messages: list[Message]) -> float | None:
+    async def end_of_turn_logprob(self, messages: list[Message], *, answering: bool = False) -> float | None:
         """None: chat completion endpoints return sampled tokens' logprobs, not the probability of a token that was not sampled after the user's words."""
         return None
 

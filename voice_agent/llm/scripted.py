@@ -26,7 +26,7 @@ class ScriptedLLM:
     async def prefill(self, messages: list[Message]) -> None:
         pass
 
-    async def end_of_turn_logprob(self, messages: list[Message]) -> float | None:
+    async def end_of_turn_logprob(self, messages: list[Message], *, answering: bool = False) -> float | None:
         return None
 
     async def warm_up(self) -> None:

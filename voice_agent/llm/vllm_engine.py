@@ -154,7 +154,7 @@ class VLLMBackend:
     async def prefill(self, messages: list[Message]) -> None:
         """Nothing: vLLM's prefix cache keeps the history of the last request, and a GPU evaluates a new prefix in milliseconds."""
 
-    async def end_of_turn_logprob(self, messages: list[Message]) -> float | None:
+    async def end_of_turn_logprob(self, messages: list[Message], *, answering: bool = False) -> float | None:
         """None: not wired up for vLLM; the turn decision falls back to the transcript rules."""
         return None
 

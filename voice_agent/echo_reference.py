@@ -1,0 +1,148 @@
+"""Is the audio heard over the agent explained by the agent's own output?
+
+On a speakerphone, or in a browser without echo cancellation, the agent's
+voice comes back into its input: later by the way through the client, the
+room and the network, quieter, smeared by the room. The server knows which
+samples it sent and, by the same model of the client's buffer as the pacer,
+when the client plays them. :class:`EchoReference` keeps that output, at the
+pipeline rate on the server's clock, and tells whether an input window is
+that output coming back.
+
+The test compares loudness envelopes, not samples: the room response
+smears the waveform beyond recognition but keeps the syllables' rise and
+fall. Over the last ``WINDOW_S`` of input, the envelope is correlated with
+the reference's at every lag up to ``MAX_LAG_S``; the best lag gives the
+echo's gain. Input is echo when it correlates (``MIN_CORRELATION``), is
+quieter than what was played (``MAX_GAIN``: an echo path loses a few dB at
+least), and its latest blocks are no louder than that echo predicts
+(``ONSET_MARGIN``): a user starting to speak over the echo breaks the last
+condition at once, before the long window stops correlating.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .audio import PIPELINE_RATE, StreamResampler
+
+BLOCK = PIPELINE_RATE // 100  # 10 ms envelope blocks: syllables last 100 to 300 ms
+WINDOW_S = 0.48  # input compared: two or three syllables
+MAX_LAG_S = 0.48  # the way back: the client's playback, the room (50 to 250 ms), the network both ways
+# An echo path is found where the envelopes correlate this well at some lag (the echo rig's rooms
+# through the server: 0.83 to 0.99, mostly above 0.9; another voice, by chance at one of 49 lags, up to
+# 0.94 for synthetic voices); once found, its lag is where to look, and less is needed there.
+MIN_CORRELATION = 0.9
+PATH_CORRELATION = 0.75
+# Quieter than played, as every echo path is: the envelopes of the rig's -10 dB rooms compare at about
+# 0.45, their loudest blocks smeared by the room; an 8 dB loss at 0.56.
+MAX_GAIN = 0.7
+ONSET_BLOCKS = 3  # the latest input, which a user's onset makes louder than the echo
+ONSET_MARGIN = 2.0  # amplitude over the echo predicted for the latest blocks (+6 dB) that is not echo
+SMEAR_BLOCKS = 2  # the room spreads each block over the next few: the prediction takes the loudest
+SILENT_RMS = 1e-4  # reference this quiet carries no envelope to compare
+INPUT_SAMPLES = int(WINDOW_S * PIPELINE_RATE) // BLOCK * BLOCK  # the input an answer needs
+KEEP_S = WINDOW_S + MAX_LAG_S + 0.5  # reference kept behind the present
+
+
+def _envelope(audio: np.ndarray) -> np.ndarray:
+    """RMS of each whole block."""
+    blocks = len(audio) // BLOCK
+    return np.sqrt(np.mean(audio[: blocks * BLOCK].reshape(blocks, BLOCK) ** 2, axis=1))
+
+
+class EchoReference:
+    """The agent's output as the client plays it, at 16 kHz on the server's clock.
+
+    Sample ``i`` of the reference plays at ``origin + i / 16000``. Like the
+    pacer's :class:`~.pacing.PlaybackClock`, the client plays frames back to
+    back from their arrival and drops what it has not played at ``clear``.
+    """
+
+    def __init__(self, origin: float):
+        self._origin = origin
+        self._audio = np.zeros(0, np.float32)
+        self._start = 0  # reference index of self._audio[0]
+        self._drains = 0  # index where the client's queue runs dry
+        self._resampler: StreamResampler | None = None
+        self._lag: int | None = None  # blocks: the echo path's delay, once one has been found
+
+    def _index(self, at: float) -> int:
+        return int(round((at - self._origin) * PIPELINE_RATE))
+
+    def played(self, samples: np.ndarray, rate: int, at: float) -> None:
+        """Output ``samples`` at ``rate`` were sent at ``at``: they play once what is queued has played."""
+        if self._resampler is None or self._resampler.in_rate != rate:
+            self._resampler = StreamResampler(rate, PIPELINE_RATE, "QQ")
+        samples = self._resampler.process(samples)
+        now = self._index(at)
+        begin = max(self._drains, now)
+        end = begin + len(samples)
+        if end - self._start > len(self._audio):
+            grown = np.zeros(end - self._start, np.float32)
+            grown[: len(self._audio)] = self._audio
+            self._audio = grown
+        self._audio[begin - self._start : end - self._start] = samples
+        self._drains = end
+        self._trim(now - int(KEEP_S * PIPELINE_RATE))
+
+    def cleared(self, at: float) -> None:
+        """The client dropped what it had not played by ``at``."""
+        now = self._index(at)
+        if now < self._start + len(self._audio):
+            self._audio[max(0, now - self._start) :] = 0.0
+        self._drains = min(self._drains, now)
+
+    def _trim(self, keep_from: int) -> None:
+        if keep_from > self._start:
+            self._audio = self._audio[keep_from - self._start :]
+            self._start = keep_from
+
+    def _slice(self, start: int, end: int) -> np.ndarray:
+        """Reference ``start`` to ``end``, silence where nothing was (or is still) kept."""
+        out = np.zeros(end - start, np.float32)
+        lo, hi = max(start, self._start), min(end, self._start + len(self._audio))
+        if hi > lo:
+            out[lo - start : hi - start] = self._audio[lo - self._start : hi - self._start]
+        return out
+
+    def explains(self, heard: np.ndarray, heard_end_at: float) -> bool:
+        """Whether ``heard`` (16 kHz input, its last sample arriving at ``heard_end_at``) is this output's echo.
+
+        ``heard`` needs :data:`INPUT_SAMPLES`; with less, it is not echo.
+        """
+        window = INPUT_SAMPLES
+        max_lag = int(MAX_LAG_S * PIPELINE_RATE) // BLOCK * BLOCK
+        end = self._index(heard_end_at)
+        if self._drains <= end - window - max_lag or len(heard) < window:
+            return False  # nothing played that could come back now
+        reference = _envelope(self._slice(end - window - max_lag, end))
+        if reference.max() < SILENT_RMS:
+            return False
+        heard_env = _envelope(heard[-window:])
+        blocks = len(heard_env)
+        # Row k: the reference as it would be heard k blocks late, aligned with the input's blocks.
+        lags = np.lib.stride_tricks.sliding_window_view(reference, blocks)[::-1]
+        centred = lags - lags.mean(axis=1, keepdims=True)
+        heard_centred = heard_env - heard_env.mean()
+        norms = np.linalg.norm(centred, axis=1) * np.linalg.norm(heard_centred)
+        correlation = np.where(norms > 0, centred @ heard_centred / np.maximum(norms, 1e-12), 0.0)
+        best = int(np.argmax(correlation))
+        if correlation[best] >= MIN_CORRELATION:
+            self._lag = best
+        elif self._lag is not None:
+            # On the path found before: a window with another voice in it correlates less, at other lags.
+            nearby = slice(max(0, self._lag - SMEAR_BLOCKS), self._lag + SMEAR_BLOCKS + 1)
+            best = nearby.start + int(np.argmax(correlation[nearby]))
+            if correlation[best] < PATH_CORRELATION:
+                return False
+        else:
+            return False
+        played = lags[best]
+        gain = float(heard_env @ played) / max(float(played @ played), 1e-12)
+        if gain > MAX_GAIN:
+            return False
+        # The echo expected in the latest blocks: the loudest played into them at a lag a block or two either
+        # side (the room smears, the lag is found to a block), the room carrying earlier blocks on.
+        near = lags[max(0, best - SMEAR_BLOCKS) : best + SMEAR_BLOCKS + 1, -ONSET_BLOCKS - SMEAR_BLOCKS :]
+        predicted = gain * float(near.max())
+        return float(heard_env[-ONSET_BLOCKS:].max()) <= ONSET_MARGIN * predicted + SILENT_RMS

@@ -185,6 +185,7 @@ async def answering(monkeypatch, **settings):
     return h
 
 
+@pytest.mark.wallclock
 async def test_the_echo_alone_does_not_stop_or_pause_the_agent(monkeypatch):
     h = await answering(monkeypatch)
     sent = len(h.of(AgentAudio))
@@ -194,6 +195,7 @@ async def test_the_echo_alone_does_not_stop_or_pause_the_agent(monkeypatch):
     await h.session.close()
 
 
+@pytest.mark.wallclock
 async def test_without_the_echo_test_the_same_echo_stops_the_agent(monkeypatch):
     h = await answering(monkeypatch, barge_in_ignore_echo=0)
     await talk_over_the_loudspeaker(h, 2.0)
@@ -201,6 +203,7 @@ async def test_without_the_echo_test_the_same_echo_stops_the_agent(monkeypatch):
     await h.session.close()
 
 
+@pytest.mark.wallclock
 async def test_the_user_speaking_over_the_echo_stops_the_agent(monkeypatch):
     h = await answering(monkeypatch)
     await talk_over_the_loudspeaker(h, 0.6)

@@ -424,6 +424,7 @@ def bursts_script(rate: int = RATE) -> Script:
     return Script(tuple(turns), rate, "")
 
 
+@pytest.mark.wallclock
 async def test_runner_measures_a_known_answer_delay_and_barge_in():
     import websockets
 

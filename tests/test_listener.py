@@ -117,7 +117,9 @@ async def test_speech_that_is_the_agents_own_voice_makes_no_turn():
     await feed(made, tone(0.6))
     assert floor.calls == [] and made.turn is None
     echo_end = made.timeline.received
-    floor.own_voice = False  # the user speaks: a turn as ever, its pre-roll none of the echo
+    # The user speaks: a turn as ever, its pre-roll reaching back over windows taken for echo,
+    # since the echo test also takes the onset of a user's "Stop" for echo.
+    floor.own_voice = False
     await feed(made, tone(0.3))
     [(kind, start)] = floor.calls
-    assert kind == "begin" and echo_end - WINDOW <= start <= echo_end
+    assert kind == "begin" and start < echo_end - WINDOW

@@ -107,7 +107,6 @@ class Listener:
             settings.end_silence_statement_ms,
         )
         self._analysed = 0  # samples the VAD has seen
-        self._echo_end = 0  # the end of the last speech window that was the agent's own voice
         self._speech_run_ms = 0.0
         self._partial_task: asyncio.Task | None = None
         self._preroll = PREROLL_SAMPLES
@@ -169,16 +168,17 @@ class Listener:
         end = self._analysed
         threshold = self.settings.vad_threshold
         if probability >= threshold and self._turn_taker.hears_own_voice(end):
-            probability = 0.0  # the agent's voice through the client's loudspeaker: silence from the user
-            self._echo_end = end
+            # The agent's voice through the client's loudspeaker: silence from the user. The pre-roll
+            # still reaches back over such windows: the echo test also takes the onset of a user
+            # speaking over the agent for echo, and a lost "Stop" costs more than an echoed word.
+            probability = 0.0
         if probability >= threshold:
             self._speech_run_ms += WINDOW_MS
             if self.turn is not None:
                 self.turn.on_speech(end)
             elif self._speech_run_ms >= self.settings.vad_min_speech_ms:
                 run = int(self._speech_run_ms * PIPELINE_RATE / 1000)
-                # The pre-roll stops at the agent's echo: Whisper would read its words as the user's.
-                start = max(self.timeline.start, end - run - self._preroll, self._echo_end)
+                start = max(self.timeline.start, end - run - self._preroll)
                 start, over_agent = self._turn_taker.begin_turn(start)
                 self.turn = UserTurn(
                     next(self.turn_ids),

@@ -29,7 +29,7 @@ class EnergyVAD:
     """Speech wherever the window is loud: stands in for Silero."""
 
     def stream(self):
-        return self
+        return EnergyVAD()  # each stream its own pending audio, as Silero's
 
     def process(self, samples):
         self._pending = np.concatenate([getattr(self, "_pending", np.zeros(0, np.float32)), samples])

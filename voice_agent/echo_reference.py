@@ -24,6 +24,7 @@ from __future__ import annotations
 import numpy as np
 
 from .audio import PIPELINE_RATE, StreamResampler
+from .echo_suppression import HOP
 
 BLOCK = PIPELINE_RATE // 100  # 10 ms envelope blocks: syllables last 100 to 300 ms
 WINDOW_S = 0.48  # input compared: two or three syllables
@@ -41,13 +42,26 @@ ONSET_MARGIN = 2.0  # amplitude over the echo predicted for the latest blocks (+
 SMEAR_BLOCKS = 2  # the room spreads each block over the next few: the prediction takes the loudest
 SILENT_RMS = 1e-4  # reference this quiet carries no envelope to compare
 INPUT_SAMPLES = int(WINDOW_S * PIPELINE_RATE) // BLOCK * BLOCK  # the input an answer needs
-KEEP_S = WINDOW_S + MAX_LAG_S + 0.5  # reference kept behind the present
+# Reference kept behind the present: what the echo test needs, and the barge-in check's span of input
+# (the overlapping speech and the echo before it) for :meth:`EchoReference.played_over`.
+KEEP_S = 3.0
 
 
 def _envelope(audio: np.ndarray) -> np.ndarray:
     """RMS of each whole block."""
     blocks = len(audio) // BLOCK
     return np.sqrt(np.mean(audio[: blocks * BLOCK].reshape(blocks, BLOCK) ** 2, axis=1))
+
+
+def _correlations(heard_env: np.ndarray, reference_env: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The reference envelope at every lag, aligned with ``heard_env`` (row k: k blocks late; the reference
+    starts as many blocks before the input as the longest lag), and how well each correlates with it."""
+    # Row k: the reference as it would be heard k blocks late, aligned with the input's blocks.
+    lags = np.lib.stride_tricks.sliding_window_view(reference_env, len(heard_env))[::-1]
+    centred = lags - lags.mean(axis=1, keepdims=True)
+    heard_centred = heard_env - heard_env.mean()
+    norms = np.linalg.norm(centred, axis=1) * np.linalg.norm(heard_centred)
+    return lags, np.where(norms > 0, centred @ heard_centred / np.maximum(norms, 1e-12), 0.0)
 
 
 class EchoReference:
@@ -119,13 +133,7 @@ class EchoReference:
         if reference.max() < SILENT_RMS:
             return False
         heard_env = _envelope(heard[-window:])
-        blocks = len(heard_env)
-        # Row k: the reference as it would be heard k blocks late, aligned with the input's blocks.
-        lags = np.lib.stride_tricks.sliding_window_view(reference, blocks)[::-1]
-        centred = lags - lags.mean(axis=1, keepdims=True)
-        heard_centred = heard_env - heard_env.mean()
-        norms = np.linalg.norm(centred, axis=1) * np.linalg.norm(heard_centred)
-        correlation = np.where(norms > 0, centred @ heard_centred / np.maximum(norms, 1e-12), 0.0)
+        lags, correlation = _correlations(heard_env, reference)
         best = int(np.argmax(correlation))
         if correlation[best] >= MIN_CORRELATION:
             self._lag = best
@@ -146,3 +154,39 @@ class EchoReference:
         near = lags[max(0, best - SMEAR_BLOCKS) : best + SMEAR_BLOCKS + 1, -ONSET_BLOCKS - SMEAR_BLOCKS :]
         predicted = gain * float(near.max())
         return float(heard_env[-ONSET_BLOCKS:].max()) <= ONSET_MARGIN * predicted + SILENT_RMS
+
+    def echo_path(self, heard: np.ndarray, heard_end_at: float, echo_alone: int) -> tuple[np.ndarray, int] | None:
+        """The output as it played over ``heard`` (16 kHz input, its last sample arriving at ``heard_end_at``),
+        and the lag at which it comes back in :data:`~.echo_suppression.HOP` blocks, for
+        :func:`~.echo_suppression.suppress_echo`; None when ``heard`` holds no echo of it, or before
+        :meth:`explains` has found the echo's path in this session.
+
+        The lag is found on the first ``echo_alone`` samples of ``heard`` (the input before the
+        speech over the agent), where the echo is alone: its own, as each call's path is.
+        """
+        max_lag = int(MAX_LAG_S * PIPELINE_RATE) // BLOCK * BLOCK
+        end = self._index(heard_end_at)
+        if self._lag is None or self._drains <= end - len(heard) - max_lag:
+            # Nothing played that could come back then; or no echo was ever found in this session, and on
+            # less evidence a wrong path garbles the user's words and leaves the echo's.
+            return None
+        reference = self._slice(end - len(heard) - max_lag, end)
+        reference_env = _envelope(reference)
+        heard_env = _envelope(heard)
+        playing = np.flatnonzero(reference_env >= SILENT_RMS)
+        if len(playing) == 0:
+            return None
+        # From where the output could first be heard: before it, the input tells nothing of the path.
+        lead = max_lag // BLOCK
+        first = max(0, int(playing[0]) - lead)
+        last = min(len(heard_env), max(echo_alone // BLOCK, first + INPUT_SAMPLES // BLOCK))
+        if last - first < ONSET_BLOCKS:
+            return None
+        lags, correlation = _correlations(heard_env[first:last], reference_env[first : last + lead])
+        lag = int(np.argmax(correlation))
+        if correlation[lag] < PATH_CORRELATION:
+            lag = self._lag  # the path this call's echo took before
+        played = lags[lag]
+        if float(heard_env[first:last] @ played) > MAX_GAIN * float(played @ played):
+            return None  # louder than the output: no echo path is (a voice that happens to keep its rhythm)
+        return reference[max_lag:], lag * BLOCK // HOP

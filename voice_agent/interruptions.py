@@ -22,10 +22,12 @@ from .barge_in import BargeIn, BargeInPolicy
 from .echo import WHOLE_ECHO_SHARE
 from .echo_reference import INPUT_SAMPLES as ECHO_INPUT_SAMPLES
 from .echo_reference import EchoReference
+from .echo_suppression import FIT_S, suppress_echo
 from .protocols.events import AgentAudio, Clear, OutputEvent, TurnIgnored
 from .reply import Reply
 from .turn import has_words
 from .user_turn import UserTurn
+from .vad import WINDOW
 
 if TYPE_CHECKING:
     from .session import Session
@@ -35,6 +37,22 @@ log = logging.getLogger(__name__)
 # A turn that begins this soon after an answer ended may be that answer's echo
 # coming back (the echo path, and the pre-roll kept before speech).
 ECHO_TAIL_S = 1.0
+# Speech windows (32 ms) the barge-in check's audio must still hold once the agent's echo is taken out:
+# a noise over the echo is speech to the VAD because of the echo under it.
+MIN_SPEECH_WINDOWS = 3
+
+
+def speech_only(audio: np.ndarray, probabilities: list[float], threshold: float) -> np.ndarray | None:
+    """``audio`` silenced but for its speech windows (and one window either side), or None if it holds fewer
+    than :data:`MIN_SPEECH_WINDOWS`: what is left of the echo between the words, Whisper reads as words."""
+    speech = np.array(probabilities) >= threshold
+    if speech.sum() < MIN_SPEECH_WINDOWS:
+        return None
+    kept = speech | np.concatenate([speech[1:], [False]]) | np.concatenate([[False], speech[:-1]])
+    mask = np.repeat(kept, WINDOW)[: len(audio)]
+    gated = audio.copy()
+    gated[: len(mask)] *= mask
+    return gated
 
 
 def timed_chunks(reply: Reply) -> list[tuple[str, float, float]]:
@@ -49,6 +67,7 @@ class Interruptions:
         self.echo_heard = False  # the agent's own voice came back in this session
         self._finished: tuple[Reply, float] | None = None  # the last answer played to its end, and when
         self._output = EchoReference(session.clock())  # what the client plays: its echo is not the user
+        self._look: asyncio.Task | None = None  # is speech left once the echo is out? (the pause waits for it)
 
     def watching_output(self, send: Callable[[OutputEvent], None]) -> Callable[[OutputEvent], None]:
         """``send``, with the agent's audio and the client's buffer clears noted first, for :meth:`hears_own_voice`."""
@@ -70,6 +89,11 @@ class Interruptions:
         heard = timeline.slice(end - ECHO_INPUT_SAMPLES, end)
         return self._output.explains(heard, timeline.arrival_time(end))
 
+    async def close(self) -> None:
+        if self._look is not None:
+            self._look.cancel()
+            await asyncio.gather(self._look, return_exceptions=True)
+
     def answer_finished(self, reply: Reply, at: float) -> None:
         self._finished = (reply, at)
 
@@ -85,18 +109,77 @@ class Interruptions:
         checking = turn.barge_check is not None and not turn.barge_check.done()
         echo_heard = self.echo_heard and not turn.may_withdraw
         action = self.policy.decide(turn.speech_ms, turn.barge_checked_ms, checking, echo_heard)
-        if action is BargeIn.INTERRUPT:
-            self._yield_to(turn, "")
-        elif action is not BargeIn.NONE:
-            if action is not BargeIn.LISTEN:
+        if action is BargeIn.NONE:
+            return
+        echo = self._echo_over(turn)
+        if action is not BargeIn.LISTEN:
+            if echo is not None:
+                # The agent's echo is in what the VAD took for speech: act once it is out, if speech is left.
+                if self._look is None or self._look.done():
+                    self._look = asyncio.create_task(self._act_on_speech(reply, turn, echo, action))
+            elif action is BargeIn.INTERRUPT:
+                self._yield_to(turn, "")
+            else:
                 reply.pause()  # fall silent at once, as a person would, while the words are checked
-            if action in (BargeIn.CHECK, BargeIn.LISTEN):
-                turn.barge_checked_ms = turn.speech_ms
-                turn.barge_check = asyncio.create_task(self._check(turn, turn.audio()))
+        if action in (BargeIn.CHECK, BargeIn.LISTEN):
+            turn.barge_checked_ms = turn.speech_ms
+            turn.barge_check = asyncio.create_task(self._check(turn, turn.audio(), echo))
 
-    async def _check(self, turn: UserTurn, audio: np.ndarray) -> None:
+    async def _act_on_speech(
+        self, reply: Reply, turn: UserTurn, echo: tuple[np.ndarray, np.ndarray, int, int], action: BargeIn
+    ) -> None:
+        """Pause ``reply`` (or stop it, for ``action`` INTERRUPT) if ``echo``'s input holds speech once the echo
+        is out: a few ms, against the quarter second of the check's transcription."""
         session = self._session
         try:
+            speech = await asyncio.to_thread(self._speech_without_echo, *echo)
+        except Exception:
+            log.exception("session %s: taking the echo out failed", session.id)
+            speech = echo[0]  # unknown: treat as speech
+        if speech is None or session.reply is not reply or session.listener.turn is not turn:
+            return  # no speech; or the answer, or the turn, ended meanwhile: the resume is behind us
+        if action is BargeIn.INTERRUPT:
+            self._yield_to(turn, "")
+        else:
+            reply.pause()
+
+    def _echo_over(self, turn: UserTurn) -> tuple[np.ndarray, np.ndarray, int, int] | None:
+        """For the barge-in check of ``turn``: the input from :data:`FIT_S` before it, the output that played
+        over that input, the echo path's lag, and the turn's length; None when no echo of the agent can be in it."""
+        session = self._session
+        if not session.settings.barge_in_ignore_echo:
+            return None
+        timeline = session.listener.timeline
+        start = max(timeline.start, turn.start - int(FIT_S * PIPELINE_RATE))
+        heard = timeline.slice(start, turn.last_speech)
+        length = turn.last_speech - turn.start
+        path = self._output.echo_path(heard, timeline.arrival_time(turn.last_speech), len(heard) - length)
+        if path is None:
+            return None
+        return heard, path[0], path[1], length
+
+    def _speech_without_echo(self, heard: np.ndarray, played: np.ndarray, lag: int, length: int) -> np.ndarray | None:
+        """The turn's last ``length`` samples of ``heard`` with the echo of ``played`` turned down, or None when
+        what is left holds no speech (a noise or an acknowledgement's silence over the echo)."""
+        cleaned = suppress_echo(heard, played, lag)[-length:]
+        probabilities = self._session.engines.vad.stream().process(cleaned)
+        return speech_only(cleaned, probabilities, self._session.settings.vad_threshold)
+
+    async def _check(
+        self, turn: UserTurn, audio: np.ndarray, echo: tuple[np.ndarray, np.ndarray, int, int] | None
+    ) -> None:
+        session = self._session
+        try:
+            if echo is not None:
+                # The agent's echo under the user's sound: Whisper reads its words into it ("Okay now." for a
+                # "yeah" over "... right now"), and the VAD hears speech in a cough over it.
+                cleaned = await asyncio.to_thread(self._speech_without_echo, *echo)
+                if cleaned is None:
+                    log.log(logs.words_level(), "session %s: no speech once the echo is out", session.id)
+                    if session.reply is not None:
+                        session.reply.resume()
+                    return
+                audio = cleaned
             text = await session.engines.stt.transcribe(audio)
         except Exception:
             log.exception("session %s: barge-in transcription failed", session.id)

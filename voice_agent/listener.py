@@ -22,6 +22,7 @@ import numpy as np
 from .audio import PIPELINE_RATE, StreamResampler
 from .config import Settings
 from .echo_reference import INPUT_SAMPLES as ECHO_INPUT_SAMPLES
+from .echo_suppression import FIT_S as ECHO_FIT_S
 from .interfaces import SpeechStream, STTBackend
 from .protocols.events import OutputEvent, Transcript
 from .timeline import AudioTimeline
@@ -32,7 +33,9 @@ from .vad import WINDOW, WINDOW_MS
 log = logging.getLogger(__name__)
 
 PREROLL_SAMPLES = PIPELINE_RATE * 3 // 10  # keep 300 ms before detected speech: Silero fires late
-IDLE_KEEP_SAMPLES = max(PREROLL_SAMPLES, ECHO_INPUT_SAMPLES)  # kept between turns: the pre-roll, the echo test
+# Kept between turns: the pre-roll, the echo test, and the echo alone before speech over the agent, which
+# the barge-in check fits the echo path on.
+IDLE_KEEP_SAMPLES = max(PREROLL_SAMPLES, ECHO_INPUT_SAMPLES, int(ECHO_FIT_S * PIPELINE_RATE))
 VAD_HYSTERESIS = 0.15
 # Silero scores the first window of resumed speech 0.07 to 0.66 (a 32 ms window
 # that is partly silence) and the silence of a pause under 0.05

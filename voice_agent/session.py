@@ -344,6 +344,7 @@ class Session:
         if (task := self.cancel_answer()) is not None:
             await asyncio.gather(task, return_exceptions=True)
         await self.listener.close()
+        await self.interruptions.close()
         await self.conversation.close()
         if self.agent is not None:
             await self.agent.close()

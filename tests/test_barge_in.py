@@ -45,6 +45,11 @@ def test_without_backchannels_any_speech_past_the_minimum_interrupts():
         ("I see.", True),
         ("", True),  # a cough or a door: no words
         ("N", True),  # Whisper's "Mm-hmm." after 250 ms
+        ("Nm.", True),  # and its other spellings of the hum
+        ("NMO", True),
+        ("N M M.", True),
+        ("No.", False),
+        ("Mom!", False),
         ("I", False),  # "I ...": the start of an interruption
         ("Yeah, but what about Paris?", False),
         ("I see a problem.", False),

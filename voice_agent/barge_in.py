@@ -20,6 +20,15 @@ from .echo import ECHO_SHARE, is_echo, timed_words
 BARGE_RECHECK_MS = 160  # more overlapping speech since the last check: look again
 
 
+_VOWEL = re.compile(r"[aeiouy]")
+_HUM = re.compile(r"[mnh]{2,}[aeiou]?")  # Whisper's spellings of "mm-hmm": "NMO", "NMA" ("no" is a word)
+
+
+def _is_hum(word: str) -> bool:
+    """A hum, not a word to interrupt with: "n", "nm", "hmm", "shh", "nmo"."""
+    return (len(word) == 1 and word != "i") or _VOWEL.search(word) is None or _HUM.fullmatch(word) is not None
+
+
 class BargeIn(enum.Enum):
     NONE = "none"  # too little speech to matter: the agent goes on
     PAUSE = "pause"  # the agent falls silent; no new check now
@@ -82,11 +91,12 @@ class BargeInPolicy:
     def is_backchannel(self, text: str) -> bool:
         """Only acknowledgement words, or no words at all (a cough, a door).
 
-        A lone letter other than "I" is a hum, not a word: at the 250 ms check
-        Whisper wrote "N" for "Mm-hmm." (scripts/bargein_eval). A user who goes
-        on is checked again as the speech grows.
+        A lone letter other than "I", letters without a vowel, or "m", "n" and
+        "h" with a vowel at the end are a hum, not a word: Whisper wrote "N",
+        "Nm", "NMO" and "NMA" for "Mm-hmm." (scripts/bargein_eval). A user who
+        goes on is checked again as the speech grows.
         """
         words = " ".join(re.sub(r"[^a-z' ]", " ", text.lower().replace("-", " ")).split())
         if self._backchannels is not None:
             words = self._backchannels.sub("", words)
-        return all(len(word) == 1 and word != "i" for word in words.split())
+        return all(_is_hum(word) for word in words.split())

@@ -95,9 +95,9 @@ def test_no_echo_path_for_a_headset_or_a_quiet_loudspeaker():
 
 def test_only_the_speech_windows_are_kept():
     audio = np.ones(10 * WINDOW, np.float32)
-    probabilities = [0.0, 0.0, 0.0, 0.9, 0.9, 0.9, 0.0, 0.0, 0.0, 0.0]
-    gated = speech_only(audio, probabilities, 0.5)
+    speech = np.array([0, 0, 0, 1, 1, 1, 0, 0, 0, 0], bool)
+    gated = speech_only(audio, speech)
     assert gated is not None
     kept = gated.reshape(10, WINDOW).max(axis=1)
     assert kept.tolist() == [0, 0, 1, 1, 1, 1, 1, 0, 0, 0]  # one window of margin either side
-    assert speech_only(audio, [0.9] * (MIN_SPEECH_WINDOWS - 1) + [0.0], 0.5) is None
+    assert speech_only(audio, np.arange(10) < MIN_SPEECH_WINDOWS - 1) is None

@@ -46,6 +46,17 @@ async def test_the_last_answers_words_coming_back_right_after_it_are_its_echo():
     await h.session.close()
 
 
+async def test_an_acknowledgement_that_runs_into_the_answers_echo_is_still_an_acknowledgement():
+    h = Harness(answer=ANSWER)
+    await the_answer_played(h)
+    interruptions = h.session.interruptions
+    # "Yeah" over the agent, then its last words coming back: the turn is committed after the answer ended.
+    assert interruptions.not_for_agent(a_turn(h, over_agent=True), "Yeah, five six.")
+    assert h.of(TurnIgnored)
+    assert not interruptions.not_for_agent(a_turn(h, over_agent=True), "Yeah, but what about Tuesday?")
+    await h.session.close()
+
+
 async def test_with_echo_ignoring_off_its_words_are_the_users():
     h = Harness(answer=ANSWER, barge_in_ignore_echo=0)
     await the_answer_played(h)

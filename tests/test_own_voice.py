@@ -46,3 +46,11 @@ def test_no_words_is_not_echo():
     assert not is_echo("", SPOKEN, 2.3, 3.2)
     assert not is_echo("...", SPOKEN, 2.3, 3.2)
     assert not is_echo("we have", [], 0.0, 1.0)
+
+
+def test_the_words_that_are_not_the_agents_are_what_is_left():
+    from voice_agent.echo import others_words
+
+    assert others_words("Yeah, grilled fish.", SPOKEN, 3.4, 4.4) == "yeah"
+    assert others_words("Wait, what about dessert?", SPOKEN, 3.4, 4.4) == "wait what about dessert"
+    assert others_words("Yeah, grilled fish.", SPOKEN, 0.0, 0.5) == "yeah grilled fish"  # said long after

@@ -71,6 +71,13 @@ def is_echo(heard: str, spoken: list[TimedWord], from_s: float, to_s: float, sha
     return found >= share * len(heard_words)
 
 
+def others_words(heard: str, spoken: list[TimedWord], from_s: float, to_s: float) -> str:
+    """The words of ``heard`` that are not the agent's own, played between ``from_s`` and ``to_s`` (as :func:`is_echo`)."""
+    earliest, latest = from_s - MAX_ECHO_DELAY_S - TIMING_SLACK_S, to_s + TIMING_SLACK_S
+    candidates = [w.word for w in spoken if earliest <= w.at_s <= latest]
+    return " ".join(word for word in words_of(heard) if not any(_similar(word, said) for said in candidates))
+
+
 def _similar(heard: str, said: str) -> bool:
     # Whisper cuts the last word of the audio short ("No, I-" for "No, I'm"): a prefix counts.
     return heard == said or said.startswith(heard) or SequenceMatcher(None, heard, said).ratio() >= WORD_SIMILARITY

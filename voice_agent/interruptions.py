@@ -19,7 +19,7 @@ import numpy as np
 from . import log as logs
 from .audio import PIPELINE_RATE
 from .barge_in import BargeIn, BargeInPolicy
-from .echo import WHOLE_ECHO_SHARE
+from .echo import WHOLE_ECHO_SHARE, others_words, timed_words
 from .echo_reference import INPUT_SAMPLES as ECHO_INPUT_SAMPLES
 from .echo_reference import EchoReference
 from .echo_suppression import FIT_S, suppress_echo
@@ -27,7 +27,7 @@ from .protocols.events import AgentAudio, Clear, OutputEvent, TurnIgnored
 from .reply import Reply
 from .turn import has_words
 from .user_turn import UserTurn
-from .vad import WINDOW
+from .vad import WINDOW, WINDOW_MS
 
 if TYPE_CHECKING:
     from .session import Session
@@ -42,10 +42,9 @@ ECHO_TAIL_S = 1.0
 MIN_SPEECH_WINDOWS = 3
 
 
-def speech_only(audio: np.ndarray, probabilities: list[float], threshold: float) -> np.ndarray | None:
-    """``audio`` silenced but for its speech windows (and one window either side), or None if it holds fewer
+def speech_only(audio: np.ndarray, speech: np.ndarray) -> np.ndarray | None:
+    """``audio`` silenced but for its ``speech`` windows (and one window either side), or None if it holds fewer
     than :data:`MIN_SPEECH_WINDOWS`: what is left of the echo between the words, Whisper reads as words."""
-    speech = np.array(probabilities) >= threshold
     if speech.sum() < MIN_SPEECH_WINDOWS:
         return None
     kept = speech | np.concatenate([speech[1:], [False]]) | np.concatenate([[False], speech[:-1]])
@@ -68,6 +67,7 @@ class Interruptions:
         self._finished: tuple[Reply, float] | None = None  # the last answer played to its end, and when
         self._output = EchoReference(session.clock())  # what the client plays: its echo is not the user
         self._look: asyncio.Task | None = None  # is speech left once the echo is out? (the pause waits for it)
+        self._judged: dict[int, int] = {}  # turn id: the input up to which its speech was judged no interruption
 
     def watching_output(self, send: Callable[[OutputEvent], None]) -> Callable[[OutputEvent], None]:
         """``send``, with the agent's audio and the client's buffer clears noted first, for :meth:`hears_own_voice`."""
@@ -132,13 +132,14 @@ class Interruptions:
         is out: a few ms, against the quarter second of the check's transcription."""
         session = self._session
         try:
-            speech = await asyncio.to_thread(self._speech_without_echo, *echo)
+            cleaned, speech = await asyncio.to_thread(self._speech_without_echo, *echo)
         except Exception:
             log.exception("session %s: taking the echo out failed", session.id)
-            speech = echo[0]  # unknown: treat as speech
-        if speech is None or session.reply is not reply or session.listener.turn is not turn:
+            cleaned, speech = echo[0], np.ones(len(echo[0]) // WINDOW, bool)  # unknown: treat as speech
+        if cleaned is None or session.reply is not reply or session.listener.turn is not turn:
             return  # no speech; or the answer, or the turn, ended meanwhile: the resume is behind us
-        if action is BargeIn.INTERRUPT:
+        # Whatever the words, but only for that much speech once the echo is out (a hiss over it lasts long).
+        if action is BargeIn.INTERRUPT and speech.sum() * WINDOW_MS >= self.policy.force_ms:
             self._yield_to(turn, "")
         else:
             reply.pause()
@@ -158,24 +159,31 @@ class Interruptions:
             return None
         return heard, path[0], path[1], length
 
-    def _speech_without_echo(self, heard: np.ndarray, played: np.ndarray, lag: int, length: int) -> np.ndarray | None:
-        """The turn's last ``length`` samples of ``heard`` with the echo of ``played`` turned down, or None when
-        what is left holds no speech (a noise or an acknowledgement's silence over the echo)."""
+    def _speech_without_echo(
+        self, heard: np.ndarray, played: np.ndarray, lag: int, length: int
+    ) -> tuple[np.ndarray | None, np.ndarray]:
+        """The turn's last ``length`` samples of ``heard`` with the echo of ``played`` turned down and only its
+        speech kept (None when it holds no speech: a noise over the echo), and which VAD windows are speech."""
         cleaned = suppress_echo(heard, played, lag)[-length:]
         probabilities = self._session.engines.vad.stream().process(cleaned)
-        return speech_only(cleaned, probabilities, self._session.settings.vad_threshold)
+        speech = np.array(probabilities, dtype=np.float64) >= self._session.settings.vad_threshold
+        return speech_only(cleaned, speech), speech
 
     async def _check(
         self, turn: UserTurn, audio: np.ndarray, echo: tuple[np.ndarray, np.ndarray, int, int] | None
     ) -> None:
         session = self._session
         try:
+            heard_until = turn.last_speech
             if echo is not None:
                 # The agent's echo under the user's sound: Whisper reads its words into it ("Okay now." for a
                 # "yeah" over "... right now"), and the VAD hears speech in a cough over it.
-                cleaned = await asyncio.to_thread(self._speech_without_echo, *echo)
-                if cleaned is None:
-                    log.log(logs.words_level(), "session %s: no speech once the echo is out", session.id)
+                cleaned, speech = await asyncio.to_thread(self._speech_without_echo, *echo)
+                heard_until = turn.start + (int(np.flatnonzero(speech)[-1]) + 1) * WINDOW if speech.any() else 0
+                if cleaned is None or self._judged.get(turn.id, -1) >= heard_until:
+                    # No speech; or none since words already judged no interruption (the echo after a "yeah"
+                    # keeps the turn going, and each new reading of the same "yeah" could go wrong).
+                    log.log(logs.words_level(), "session %s: no new speech once the echo is out", session.id)
                     if session.reply is not None:
                         session.reply.resume()
                     return
@@ -187,13 +195,16 @@ class Interruptions:
         reply = session.reply
         if reply is None:
             return
-        if session.settings.barge_in_ignore_echo and self._is_own_voice(turn, text, reply):
+        # Once the echo is out, words the agent also says ("No.", "Sorry") are the user's.
+        if session.settings.barge_in_ignore_echo and echo is None and self._is_own_voice(turn, text, reply):
             log.log(logs.words_level(), "session %s: the agent's own voice: %r", session.id, text)
             self.echo_heard = True
+            self._judged = {turn.id: heard_until}
             reply.resume()
             return
         if self.policy.is_backchannel(text):
             log.log(logs.words_level(), "session %s: not an interruption: %r", session.id, text)
+            self._judged = {turn.id: heard_until}
             reply.resume()
             return
         self._yield_to(turn, text)
@@ -203,7 +214,7 @@ class Interruptions:
     def not_for_agent(self, turn: UserTurn, text: str) -> bool:
         """Whether committed ``turn`` is none of the agent's business: no words, a backchannel over it, its own voice."""
         session = self._session
-        if not has_words(text) or (turn.over_agent and self.policy.is_backchannel(text)):
+        if not has_words(text) or (turn.over_agent and self.policy.is_backchannel(self._without_echo_tail(turn, text))):
             log.log(logs.words_level(), "session %s: turn %d had no words for the agent: %r", session.id, turn.id, text)
             session.emit(TurnIgnored(turn.id))
             return True
@@ -224,6 +235,16 @@ class Interruptions:
             return False
         spoken_s = (turn.last_speech - turn.start) / PIPELINE_RATE
         return self.policy.is_own_voice(text, timed_chunks(reply), reply.heard_s(), spoken_s, WHOLE_ECHO_SHARE)
+
+    def _without_echo_tail(self, turn: UserTurn, text: str) -> str:
+        """``text`` without the last answer's final words: a "yeah" over the agent runs on into their echo
+        ("Yeah, I'm not." over "... I'm not sure"), and then the turn is only the "yeah"."""
+        if not self._session.settings.barge_in_ignore_echo or self._finished is None:
+            return text
+        reply, _ = self._finished
+        playing_s = reply.heard_s()
+        spoken_s = (turn.last_speech - turn.start) / PIPELINE_RATE
+        return others_words(text, timed_words(timed_chunks(reply)), playing_s - spoken_s, playing_s)
 
     def _is_own_voice(self, turn: UserTurn, text: str, reply: Reply) -> bool:
         spoken_s = (turn.last_speech - turn.start) / PIPELINE_RATE

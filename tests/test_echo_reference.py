@@ -143,13 +143,21 @@ class VoiceTTS:
 
     async def synthesize(self, text):
         await asyncio.sleep(0.005)
-        yield voice(zlib.crc32(text.encode()), len(text.split()) * 0.3, level=0.6)  # each chunk its own syllables
+        yield voice(len(text), len(text.split()) * 0.3, level=0.6)
 
     async def warm_up(self):
         pass
 
     async def close(self):
         pass
+
+
+class DistinctVoiceTTS(VoiceTTS):
+    """Each chunk its own syllables: a voice that repeats itself every chunk has an echo path at every repeat."""
+
+    async def synthesize(self, text):
+        await asyncio.sleep(0.005)
+        yield voice(zlib.crc32(text.encode()), len(text.split()) * 0.3, level=0.6)
 
 
 async def talk_over_the_loudspeaker(h, seconds: float, user: np.ndarray | None = None) -> None:
@@ -171,14 +179,14 @@ async def talk_over_the_loudspeaker(h, seconds: float, user: np.ndarray | None =
         await asyncio.sleep(FRAME / RATE)
 
 
-async def answering(monkeypatch, **settings):
+async def answering(monkeypatch, tts: VoiceTTS | None = None, **settings):
     from tests.test_session import Harness, quiet, tone
     from voice_agent.replay import echo
 
     # A loud speakerphone: 8 dB down (the rig's loudest is 10), 120 ms late.
     monkeypatch.setattr(echo, "draw_path", lambda rng: EchoPath(-8.0, 120.0, seed=3))
     h = Harness(answer=" ".join(f"word{i}." for i in range(40)), **{"barge_in_force_ms": 600, **settings})
-    h.session.engines.tts = VoiceTTS()
+    h.session.engines.tts = tts or VoiceTTS()
     await h.feed(tone(0.5), realtime=False)
     await h.feed(quiet(0.3))
     await h.until(lambda: h.of(AgentAudio))
@@ -231,7 +239,7 @@ class EchoReadingSTT:
 
 @pytest.mark.wallclock
 async def test_an_acknowledgement_over_the_echo_is_heard_without_the_echo(monkeypatch):
-    h = await answering(monkeypatch, barge_in_force_ms=900)  # the default: the words decide on a "yeah"
+    h = await answering(monkeypatch, DistinctVoiceTTS(), barge_in_force_ms=900)  # the words decide on a "yeah"
     h.session.engines.stt = stt = EchoReadingSTT()
     sent = len(h.of(AgentAudio))
     await talk_over_the_loudspeaker(h, 1.2)  # the echo alone, which the path is found on

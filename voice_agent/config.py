@@ -156,8 +156,8 @@ class Settings:
     # of speech to tell "uh-huh" from words (at 150 ms it wrote "ah" and "in" for
     # them, scripts/bargein_eval), but silence can start before the words are known.
     # 96: as soon as the speech makes a turn (--vad-min-speech-ms). The stop time is
-    # Silero's onset, this, and the --output-lead-ms the client still plays: with 150
-    # interruptions stopped in 340 ms (p50) in scripts/bargein_eval, with 96 in 290.
+    # Silero's onset, this, and the --output-lead-ms the client still plays: in
+    # scripts/bargein_eval, p50 340 ms at 150 and 246 to 290 ms at 96.
     barge_in_min_speech_ms: int = _opt(
         96, "User speech over the agent after which the agent pauses: it may be an interruption.", "turn"
     )

@@ -28,6 +28,8 @@ from voice_agent.turn import Completeness, TurnDetector, TurnSignals, classify, 
         ("A cheeseburger in.", Completeness.INCOMPLETE),  # "and" misheard before a pause
         ("What are you interested in?", Completeness.COMPLETE),
         ("Let me see.", Completeness.INCOMPLETE),  # the user asks for time to think
+        ("No, wait.", Completeness.INCOMPLETE),  # about to correct themselves
+        ("I can wait.", Completeness.COMPLETE),
         ("Hmm, lets see...", Completeness.INCOMPLETE),
         ("Hold on!", Completeness.INCOMPLETE),
         ("I'll see.", Completeness.COMPLETE),
@@ -132,11 +134,12 @@ def test_a_finished_telling_waits_longer_than_a_question_a_request_or_a_goodbye(
     [
         ("I live at 42.", 2000),  # an address begun
         ("10.", 2000),
+        ("and so my fellow Americans ask not what your country can do for you", 2000),  # no full stop: still a telling
         ("We will arrive at around 730.", 350),  # a time of day is whole
         ("We arrive at 7:30.", 350),
         ("Please book it for 7.", 350),  # a request, not a telling
     ],
 )
-def test_a_telling_that_ends_in_a_number_other_than_a_time_waits_like_a_telling(text, silence):
+def test_a_telling_waits_unless_it_ends_in_a_time_of_day(text, silence):
     detector = TurnDetector(complete_ms=350, default_ms=600, incomplete_ms=2000, confident_ms=200, telling_ms=2000)
     assert detector.required_silence_ms(signals(text, logprob=-0.5)) == silence

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections import deque
 
-RECENT_PAUSES = 6  # the user's last few pauses: a speaker's pace changes within a call
+RECENT_PAUSES = 10  # the user's last ten or so: a speaker's pace changes within a call
 PAUSE_MARGIN_MS = 300  # past the longest pause seen: the answer takes about this long to be heard anyway
 MIN_PAUSE_MS = 300  # shorter gaps are the rhythm of speech, not a thinking pause
 

@@ -33,8 +33,8 @@ _QUESTION_START = re.compile(
     rf"^(?:(?:what|when|where|which|who|whose|why|how)(?:'s| {_AUX}\b| much\b| many\b| long\b| about\b| come\b)"
     rf"|(?:what|which) \w+ {_AUX}\b|{_AUX} {_PRONOUN}\b)"
 )
-# Wanting, asking and telling the agent what to do; "let me" is the holding phrase
-# of turn.py, not a request.
+# Wanting, asking and telling the agent what to do; "let me" and "wait" are holding
+# phrases (turn.py), not requests.
 _REQUEST = re.compile(
     r"\b(?:i'd|i would|we'd|we would|i'd really) (?:like|love|prefer)\b"
     r"|\b(?:i|we) (?:want|need|wanna|wish|require)\b"
@@ -42,7 +42,7 @@ _REQUEST = re.compile(
     r"|\b(?:i'm|we're|i am|we are) (?:looking for|trying to|calling (?:about|to|for))\b"
     r"|\bplease\b"
     r"|^(?:tell|give|show|send|book|reserve|cancel|change|make|add|remove|put|call|find|check|help|"
-    r"repeat|say|read|explain|describe|list|recommend|order|schedule|set|stop|wait|continue|go on|start)\b"
+    r"repeat|say|read|explain|describe|list|recommend|order|schedule|set|stop|continue|go on|start)\b"
 )
 _CLOSING = re.compile(
     r"\b(?:thank you|thanks|thank you very much|bye|goodbye|good bye|bye bye|see you|"

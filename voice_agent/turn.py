@@ -59,6 +59,8 @@ HOLDING_PHRASES = (
     "give me a second",
 )
 
+# "Wait." or "No, wait." opening a sentence, not "I can wait.": the user is about to correct themselves.
+_WAIT = re.compile(r"(?:^|[.!?]\s+)(?:(?:no|oh|uh|um|okay|ok|sorry)\W+)*wait\W*$")
 _LAST_WORD = re.compile(r"([\w']+)\W*$")
 _HOLDING = re.compile(r"\b(?:" + "|".join(re.escape(p).replace("'", "'?") for p in HOLDING_PHRASES) + r")\W*$")
 _WORD = re.compile(r"\w")
@@ -91,7 +93,7 @@ def classify(transcript: str | None) -> Completeness:
     if text.endswith(("...", "…", ",", "-", "—", ":", ";")):
         return Completeness.INCOMPLETE
     lowered = text.lower()
-    if _HOLDING.search(lowered):
+    if _HOLDING.search(lowered) or _WAIT.search(lowered):
         return Completeness.INCOMPLETE
     match = _LAST_WORD.search(lowered)
     if match:
@@ -169,13 +171,8 @@ def fused_completeness(signals: TurnSignals) -> Completeness:
     return level
 
 
-_LAST_NUMBER = re.compile(r"\d\W*$")
 # "730", "7:30", "19.30", "seven pm": a time of day is a whole value.
 _TIME_OF_DAY = re.compile(r"(?:\b(?:[01]?\d|2[0-3])[:.]?[0-5]\d|\b\d{1,2} ?(?:am|pm|a\.m|p\.m|o'clock))\W*$", re.I)
-
-
-def _ends_in_a_number(transcript: str | None) -> bool:
-    return transcript is not None and _LAST_NUMBER.search(transcript) is not None
 
 
 def _ends_in_a_time(transcript: str | None) -> bool:
@@ -240,21 +237,17 @@ class TurnDetector:
 
     @staticmethod
     def _tells_and_may_go_on(signals: TurnSignals) -> bool:
-        """A finished sentence that tells, unasked: real speakers go on after these (speech_act.py).
+        """A sentence that tells, unasked: real speakers go on after these (speech_act.py).
 
-        A telling that ends in a number other than a time of day goes on as often:
-        "I live at 42." is an address begun; "We arrive at 730." is whole.
+        Whisper's full stop or none: both came before the meetings' thinking
+        pauses. A telling that ends in a time of day ("We arrive at 730.") is
+        whole; one that ends in another number ("I live at 42.") is as likely
+        an address or a number begun as a telling finished.
         """
-        if signals.agent_asked or speech_act(signals.transcript) is not SpeechAct.TELLING:
+        text = signals.transcript
+        if signals.agent_asked or not has_words(text) or speech_act(text) is not SpeechAct.TELLING:
             return False
-        level = classify(signals.transcript)
-        if level is Completeness.COMPLETE:
-            return True
-        return (
-            level is Completeness.UNKNOWN
-            and _ends_in_a_number(signals.transcript)
-            and not _ends_in_a_time(signals.transcript)
-        )
+        return not _ends_in_a_time(text)
 
     def is_turn_over(self, silence_ms: float, signals: TurnSignals | str | None, turn_ms: float = 0.0) -> bool:
         if turn_ms >= self.max_turn_ms:

@@ -41,6 +41,11 @@ def test_speech_act(text, act):
     assert speech_act(text) is act
 
 
+def test_a_hesitation_does_not_end_the_sentence():
+    assert speech_act("I'd like a table for... for people.") is SpeechAct.REQUEST
+    assert speech_act("Can I bring my… dog?") is SpeechAct.QUESTION
+
+
 def test_the_last_sentence_decides():
     assert speech_act("Can I come at seven? We will be four.") is SpeechAct.TELLING
     assert speech_act("We will be four. Can I come at seven?") is SpeechAct.QUESTION

@@ -24,6 +24,7 @@ class SpeechAct(enum.Enum):
 
 # The last sentence decides: "Tell me about your menu. What do you recommend?" asks.
 _SENTENCES = re.compile(r"[^.!?]+[.!?]*")
+_ELLIPSIS = re.compile(r"\.{2,}|…")
 _LEADING_FILLERS = re.compile(r"^(?:(?:so|and|but|okay|ok|well|um|uh|oh|yes|yeah|no|hi|hello|hey|sorry|right)\b\W*)+")
 _AUX = r"(?:do|does|did|is|isn't|are|aren't|was|were|can|can't|could|would|will|won't|shall|should|have|has|may|am)"
 _PRONOUN = r"(?:i|you|we|they|he|she|it|there|that|this|these|those|the|a|an|my|your|our|any|anyone|anybody)"
@@ -55,7 +56,9 @@ def speech_act(transcript: str | None) -> SpeechAct:
     """What the last sentence of ``transcript`` does."""
     if not transcript:
         return SpeechAct.TELLING
-    sentences = [s.strip() for s in _SENTENCES.findall(transcript) if any(c.isalnum() for c in s)]
+    # Whisper's "..." marks a hesitation inside a sentence ("I'd like a table for... for people."), not its end.
+    text = _ELLIPSIS.sub(" ", transcript)
+    sentences = [s.strip() for s in _SENTENCES.findall(text) if any(c.isalnum() for c in s)]
     if not sentences:
         return SpeechAct.TELLING
     last = sentences[-1]

@@ -20,6 +20,8 @@ from voice_agent.speech_act import SpeechAct, hands_over, speech_act
         ("Please book it for seven.", SpeechAct.REQUEST),
         ("Okay, tell me the specials.", SpeechAct.REQUEST),
         ("I'll have the pasta.", SpeechAct.REQUEST),
+        ("Play some jazz.", SpeechAct.REQUEST),
+        ("Let's do seven.", SpeechAct.REQUEST),
         # Closings.
         ("Thank you. Goodbye.", SpeechAct.CLOSING),
         ("No thanks.", SpeechAct.CLOSING),

@@ -15,10 +15,11 @@ from collections import deque
 RECENT_PAUSES = 10  # the user's last ten or so: a speaker's pace changes within a call
 PAUSE_MARGIN_MS = 300  # past the longest pause seen: the answer takes about this long to be heard anyway
 MIN_PAUSE_MS = 300  # shorter gaps are the rhythm of speech, not a thinking pause
+MAX_TELLING_MS = 3000  # a longer silence reads as the end of the turn to anyone
 
 
 class PauseHabit:
-    def __init__(self, max_ms: int = 3000):
+    def __init__(self, max_ms: int = MAX_TELLING_MS):
         self.max_ms = max_ms
         self._pauses: deque[float] = deque(maxlen=RECENT_PAUSES)
 

@@ -43,7 +43,8 @@ _REQUEST = re.compile(
     r"|\b(?:i'm|we're|i am|we are) (?:looking for|trying to|calling (?:about|to|for))\b"
     r"|\bplease\b"
     r"|^(?:tell|give|show|send|book|reserve|cancel|change|make|add|remove|put|call|find|check|help|"
-    r"repeat|say|read|explain|describe|list|recommend|order|schedule|set|stop|continue|go on|start)\b"
+    r"repeat|say|read|explain|describe|list|recommend|order|schedule|set|stop|continue|go on|start|"
+    r"play|turn|open|buy|pay|transfer|connect|text|email|remind|get me|let's)\b"
 )
 _CLOSING = re.compile(
     r"\b(?:thank you|thanks|thank you very much|bye|goodbye|good bye|bye bye|see you|"

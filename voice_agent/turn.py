@@ -222,7 +222,7 @@ class TurnDetector:
         # question, a request or a goodbye hands the turn over. None: tellings wait like them.
         self.telling_ms = complete_ms if telling_ms is None else max(telling_ms, complete_ms)
         self.max_turn_ms = max_turn_s * 1000.0
-        self.habit = PauseHabit(max(incomplete_ms, self.telling_ms)) if habit is None else habit
+        self.habit = PauseHabit() if habit is None else habit
 
     def required_silence_ms(self, signals: TurnSignals | str | None) -> int:
         """The silence that ends the turn; a bare transcript is the rules alone."""

@@ -143,3 +143,10 @@ def test_a_finished_telling_waits_longer_than_a_question_a_request_or_a_goodbye(
 def test_a_telling_waits_unless_it_ends_in_a_time_of_day(text, silence):
     detector = TurnDetector(complete_ms=350, default_ms=600, incomplete_ms=2000, confident_ms=200, telling_ms=2000)
     assert detector.required_silence_ms(signals(text, logprob=-0.5)) == silence
+
+
+def test_a_user_who_paused_longer_than_the_telling_silence_gets_more():
+    detector = TurnDetector(complete_ms=350, default_ms=600, incomplete_ms=2000, confident_ms=200, telling_ms=2000)
+    detector.habit.went_on_after(1920)
+    assert detector.required_silence_ms(signals("And it's great joy.", logprob=-0.7)) == 2220
+    assert detector.required_silence_ms(signals("Are you open?", logprob=-0.1)) == 200  # questions are not tellings

@@ -26,6 +26,10 @@ from voice_agent.speech_act import SpeechAct, hands_over, speech_act
         ("Thank you. Goodbye.", SpeechAct.CLOSING),
         ("No thanks.", SpeechAct.CLOSING),
         ("That's all.", SpeechAct.CLOSING),
+        ("Hello.", SpeechAct.GREETING),
+        ("Hi there!", SpeechAct.GREETING),
+        ("Good morning.", SpeechAct.GREETING),
+        ("Hello, I have a problem with my order.", SpeechAct.TELLING),
         # Tellings: what real speakers go on after.
         ("Okay, well I think we're ready to begin.", SpeechAct.TELLING),
         ("And it's great joy.", SpeechAct.TELLING),
@@ -54,4 +58,4 @@ def test_the_last_sentence_decides():
 
 
 def test_only_a_telling_keeps_the_turn():
-    assert [hands_over(a) for a in SpeechAct] == [True, True, True, False]
+    assert [hands_over(a) for a in SpeechAct] == [True, True, True, True, False]

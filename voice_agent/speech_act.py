@@ -1,6 +1,6 @@
-"""What the user's words so far do: ask, request, close the call, or tell.
+"""What the user's words so far do: ask, request, greet, close the call, or tell.
 
-A speaker who asks, requests or says goodbye hands the turn over: they wait
+A speaker who asks, requests, greets or says goodbye hands the turn over: they wait
 for the agent. A speaker who tells ("Okay, well I think we're ready to
 begin.", "And it's great joy.") is the one who goes on after a full stop: in
 the real meeting turns of the endpointing eval, every long thinking pause
@@ -19,6 +19,7 @@ class SpeechAct(enum.Enum):
     QUESTION = "question"
     REQUEST = "request"
     CLOSING = "closing"
+    GREETING = "greeting"
     TELLING = "telling"  # anything else: an informing, an opinion, an acknowledgement, a story
 
 
@@ -53,6 +54,11 @@ _CLOSING = re.compile(
 )
 
 
+_GREETING = re.compile(
+    r"^(?:hi|hello|hey|hiya|howdy|good (?:morning|afternoon|evening)|greetings)(?: there| again| everyone)?\W*$"
+)
+
+
 def speech_act(transcript: str | None) -> SpeechAct:
     """What the last sentence of ``transcript`` does."""
     if not transcript:
@@ -68,6 +74,8 @@ def speech_act(transcript: str | None) -> SpeechAct:
     words = " ".join(last.lower().replace("’", "'").split())
     if _CLOSING.search(words):
         return SpeechAct.CLOSING
+    if _GREETING.match(words):
+        return SpeechAct.GREETING
     core = _LEADING_FILLERS.sub("", words)
     if _REQUEST.search(core):
         return SpeechAct.REQUEST

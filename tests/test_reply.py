@@ -205,3 +205,13 @@ async def test_an_answer_with_nothing_speakable_says_so_instead_of_staying_silen
     reply = make_reply(RecordingLLM(answer, log), SlowTTS(log, 0.01))
     await asyncio.wait_for(reply.run(), 5)
     assert reply.text == NOTHING_TO_SAY and reply.said_nothing
+
+
+async def test_an_answer_ends_where_a_sentence_repeats_the_end_of_an_earlier_one():
+    log: list[str] = []
+    reply = make_reply(RecordingLLM("No, I'm not. I'm not. I'm not.", log), SlowTTS(log, seconds=0.01))
+    await asyncio.wait_for(reply.run(), 5)
+    assert reply.text == "No, I'm not." and reply.cut_by == "repeated_chunk"
+    reply = make_reply(RecordingLLM("We open at nine. Not at nine thirty.", log), SlowTTS(log, seconds=0.01))
+    await asyncio.wait_for(reply.run(), 5)
+    assert reply.text == "We open at nine. Not at nine thirty."  # a shared word is not a repeat

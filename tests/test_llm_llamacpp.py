@@ -203,3 +203,23 @@ async def test_warm_up_evaluates_the_system_prompt_on_every_instance():
 
 async def collect_answer(backend: LlamaCppBackend, messages) -> str:
     return "".join([delta async for delta in backend.stream_chat(messages)])
+
+
+async def test_a_prompt_longer_than_a_batch_is_read_and_answered_the_same(llm):
+    # Over llama.cpp's 512-token batch: the reading's position and the prompt's end fall in different batches.
+    long_history = [
+        HISTORY[0],
+        {"role": "user", "content": "Tell me about the weather where you are."},
+        {"role": "assistant", "content": "It is sunny and warm here, with a light breeze from the sea. " * 50},
+    ]
+    messages = [*long_history, {"role": "user", "content": "And what about tomorrow?"}]
+    llama = llm._instances[0].llama
+    llama.reset()
+    fresh = llm._end_of_turn_logprob(llama, messages)
+    assert llama.n_tokens > llama.n_batch
+    again = llm._end_of_turn_logprob(llama, messages)  # from the cache: the last word and the template only
+    assert fresh is not None and again is not None and abs(fresh - again) < 0.05
+    answer = "".join([delta async for delta in llm.stream_chat(messages)])
+    llama.reset()
+    completion = llama.create_chat_completion(messages=messages, max_tokens=llm.max_tokens, temperature=0.0)
+    assert answer and answer == completion["choices"][0]["message"]["content"]

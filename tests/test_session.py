@@ -140,7 +140,7 @@ class Harness:
         engines = Engines(vad=EnergyVAD(), stt=self.stt, llm=self.llm, tts=FakeTTS())
         defaults = dict(
             end_silence_complete_ms=200,
-            end_silence_statement_ms=200,
+            end_silence_telling_ms=200,
             end_silence_ms=200,
             end_silence_incomplete_ms=200,
             stt_speculative_silence_ms=64,

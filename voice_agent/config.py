@@ -122,14 +122,14 @@ class Settings:
         "finished, or a whole answer to what the agent asked (a full phone number, yes to a yes/no question).",
         "turn",
     )
-    # As a question by default: 550 spared more real pauses offline (AMI: 12 of 31
-    # cut instead of 19) but not in the real group's eval (5 of 10 heard), and
-    # cost the benchmark about 60 ms of median (598 against 539 ms, one run each).
-    # docs/endpointing.md, "Turn signals".
-    end_silence_statement_ms: int = _opt(
-        350,
-        "Silence that ends a turn after a complete sentence that is not a question "
-        "(a statement may be followed by more; a question hands the turn over).",
+    # Real speakers go on after a finished telling: in the real group of the
+    # endpointing eval every long thinking pause (up to 2.1 s) followed one, and
+    # none followed a request (docs/endpointing.md, "Tellings"). Questions,
+    # requests, goodbyes and answers to the agent's questions are not tellings.
+    end_silence_telling_ms: int = _opt(
+        2000,
+        "Silence that ends a turn after a complete sentence that tells (not a question, a request, "
+        "a goodbye or an answer to what the agent asked): a speaker may go on after it.",
         "turn",
     )
     end_of_turn_llm: int = _opt(

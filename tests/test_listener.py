@@ -56,12 +56,12 @@ class Floor:
         return self.own_voice
 
 
-def listener(floor: Floor, **settings) -> tuple[Listener, list]:
+def listener(floor: Floor, stt=WordsSTT, **settings) -> tuple[Listener, list]:
     events: list = []
     defaults = dict(
         end_silence_complete_ms=200, end_silence_telling_ms=200, end_silence_ms=200, stt_speculative_silence_ms=64
     )
-    made = Listener(Settings(**{**defaults, **settings}), EnergyVAD(), WordsSTT, events.append, floor)
+    made = Listener(Settings(**{**defaults, **settings}), EnergyVAD(), stt, events.append, floor)
     floor.listener = made
     return made, events
 
@@ -102,11 +102,8 @@ class HeldSTT(WordsSTT):
 
 async def test_a_transcript_that_comes_in_between_two_windows_is_acted_on_at_once():
     floor = Floor()
-    events: list = []
     stt = HeldSTT()
-    settings = Settings(end_silence_complete_ms=200, end_silence_statement_ms=200, stt_speculative_silence_ms=64)
-    made = Listener(settings, EnergyVAD(), lambda: stt, events.append, floor)
-    floor.listener = made
+    made, _ = listener(floor, stt=lambda: stt)
     await feed(made, quiet(0.5))
     await feed(made, tone(0.6))
     await feed(made, quiet(0.3))  # the required silence, while Whisper has not answered

@@ -56,6 +56,12 @@ class Floor:
         return self.own_voice
 
 
+class TellingSTT(WordsSTT):
+    async def transcribe(self, audio):
+        await asyncio.sleep(0)
+        return "I was there."
+
+
 def listener(floor: Floor, stt=WordsSTT, **settings) -> tuple[Listener, list]:
     events: list = []
     defaults = dict(
@@ -152,9 +158,9 @@ async def test_speech_that_is_the_agents_own_voice_makes_no_turn():
 
 
 async def test_a_pause_after_a_finished_sentence_that_the_user_goes_on_from_is_learned():
-    # "Hello there." is a finished telling: it waits end_silence_telling_ms unless the user is known to pause longer.
+    # "I was there." is a finished telling: it waits end_silence_telling_ms unless the user is known to pause longer.
     floor = Floor()
-    made, _ = listener(floor, end_silence_telling_ms=900, end_silence_incomplete_ms=3000)
+    made, _ = listener(floor, TellingSTT, end_silence_telling_ms=900, end_silence_incomplete_ms=3000)
     await feed(made, np.concatenate([quiet(0.5), tone(0.6), quiet(0.7), tone(0.6)]))  # 700 ms: thinking
     assert not any(kind == "commit" for kind, *_ in floor.calls)
     assert 950 <= made._detector.habit.telling_ms(900) <= 1050  # the pause, ~700 ms in 32 ms windows, + 300
@@ -168,7 +174,7 @@ async def test_a_pause_after_a_finished_sentence_that_the_user_goes_on_from_is_l
 
 async def test_a_user_who_talks_into_the_answer_teaches_the_pause_too():
     floor = Floor()
-    made, _ = listener(floor, end_silence_telling_ms=400)
+    made, _ = listener(floor, TellingSTT, end_silence_telling_ms=400)
     await feed(made, np.concatenate([quiet(0.5), tone(0.6), quiet(0.6)]))
     assert floor.calls[-1][0] == "commit"
     committed_start = made._last_commit[0]

@@ -231,3 +231,13 @@ async def test_the_answer_starts_at_its_first_sound_and_later_chunks_keep_their_
     gaps = np.diff(loud) / RATE
     [pause] = gaps[gaps > 0.01]
     assert 0.04 <= pause <= 0.061
+
+
+async def test_an_answer_ends_where_a_sentence_repeats_the_end_of_an_earlier_one():
+    log: list[str] = []
+    reply = make_reply(RecordingLLM("No, I'm not. I'm not. I'm not.", log), SlowTTS(log, seconds=0.01))
+    await asyncio.wait_for(reply.run(), 5)
+    assert reply.text == "No, I'm not." and reply.cut_by == "repeated_chunk"
+    reply = make_reply(RecordingLLM("We open at nine. Not at nine thirty.", log), SlowTTS(log, seconds=0.01))
+    await asyncio.wait_for(reply.run(), 5)
+    assert reply.text == "We open at nine. Not at nine thirty."  # a shared word is not a repeat

@@ -178,10 +178,12 @@ class Reply:
 
         Small models fall into loops ("I'm not. I'm not. I'm not. ..."): an
         answer ends at its first repeated chunk instead of talking for a minute
-        and filling the history, and so every later prompt, with the loop.
+        and filling the history, and so every later prompt, with the loop. A
+        chunk that repeats the end of an earlier one is the same loop starting
+        ("No, I'm not. I'm not.").
         """
         key = " ".join(word_tokens(text.lower()))
-        if key in said:
+        if key in said or any(earlier.endswith(" " + key) for earlier in said):
             return False
         said.add(key)
         if self.timings.first_chunk_ms is None:

@@ -95,6 +95,32 @@ async def test_speech_makes_a_turn_with_pre_roll_that_a_pause_commits():
     await made.close()
 
 
+class HeldSTT(WordsSTT):
+    """Transcribes once the test releases it."""
+
+    def __init__(self):
+        self.release = asyncio.Event()
+
+    async def transcribe(self, audio):
+        await self.release.wait()
+        return "Hello there."
+
+
+async def test_a_transcript_that_comes_in_between_two_windows_is_acted_on_at_once():
+    floor = Floor()
+    stt = HeldSTT()
+    made, _ = listener(floor, stt=lambda: stt)
+    await feed(made, quiet(0.5))
+    await feed(made, tone(0.6))
+    await feed(made, quiet(0.3))  # the required silence, while Whisper has not answered
+    assert [call[0] for call in floor.calls] == ["begin"]
+    stt.release.set()
+    for _ in range(5):  # no more audio: no VAD window
+        await asyncio.sleep(0)
+    assert floor.calls[1:] == [("pause", "Hello there."), ("commit", 1)]
+    await made.close()
+
+
 async def test_audio_is_kept_for_a_turn_that_may_merge_and_trimmed_otherwise():
     floor = Floor(unanswered=RATE // 2)
     made, _ = listener(floor, max_turn_s=1.0)

@@ -73,12 +73,16 @@ class Settings:
     )
     partial_interval_ms: int = _opt(500, "Minimum new speech between two partial transcripts.", "stt")
 
-    # 64 ms, two VAD windows: with Whisper at 2 threads (about 115 ms per final
-    # transcript in the benchmark) the answer is then ready by the time a complete
-    # sentence's 350 ms of silence ends. scripts/bench --sessions 1 -n 3 with 64:
-    # median 405 ms, final transcript 114 ms; the run before with 96: 466 ms, 116 ms.
+    # 32 ms, one VAD window: the held answer's first audio, not the end-of-turn
+    # silence, is what the user waits for after a question, and it cannot start
+    # before this transcript. One window of silence inside speech also starts a
+    # transcription that more speech makes stale (0.4 a turn more in the benchmark,
+    # endpointing and AMI turns), a cost the 2 cores absorb. Server medians of 27
+    # benchmark turns each, A/B under load about 2 (docs/results/latency-2026-11-22.md):
+    # 64 ms gave first audio 498 ms after the speech, 32 ms 476 ms; Whisper's
+    # words differed in 7 of 57 turns, as often better as worse.
     stt_speculative_silence_ms: int = _opt(
-        64,
+        32,
         "Silence after which the final transcription starts speculatively, before the turn is known to be over.",
         "stt",
     )

@@ -105,6 +105,7 @@ class Listener:
         self._last_commit: tuple[int, int, bool] | None = None
         self._gap_since_commit = 0
         self._analysed = 0  # samples the VAD has seen
+        self._probability = 0.0  # the VAD's last window, as the end-of-turn check read it
         self._speech_run_ms = 0.0
         self._partial_task: asyncio.Task | None = None
         self._preroll = PREROLL_SAMPLES
@@ -186,6 +187,7 @@ class Listener:
                     stt=self._stt(),
                     clock=self._clock,
                 )
+                self.turn.on_news = lambda turn=self.turn: self._on_news(turn)
                 log.debug("session %s: turn %d starts", self._id, self.turn.id)
             if self.turn is not None:
                 self._learn_merge(self.turn)
@@ -193,8 +195,21 @@ class Listener:
                 self._maybe_partial(self.turn)
         elif probability < threshold - VAD_HYSTERESIS:
             self._speech_run_ms = 0.0
+        self._probability = probability
         if self.turn is not None:
             self._check_end_of_turn(self.turn, end, probability)
+
+    def _on_news(self, turn: UserTurn) -> None:
+        """``turn``'s speculative transcript or an end-of-turn signal came in between two VAD windows.
+
+        The check runs again at once, on the audio analysed so far, so that
+        the held answer starts, and the turn commits, without waiting up to a
+        window (32 ms) for the next one. The silence it reads is the one the
+        last window measured: no turn ends sooner than the policy says.
+        """
+        if self.turn is not turn or self._probability >= RESUMING_PROBABILITY:
+            return  # over, or the last window may be the user going on: the next one decides
+        self._check_end_of_turn(turn, self._analysed, self._probability)
 
     def _maybe_partial(self, turn: UserTurn) -> None:
         if self._partial_task is not None and not self._partial_task.done():

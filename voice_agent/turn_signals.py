@@ -3,8 +3,9 @@
 When the speculative transcript of a pause is in, the session asks the LLM
 how likely the words end the turn and, if loaded, Smart Turn how finished the
 voice sounds; both run in their engines' threads while the pause goes on.
-The decision reads whatever has arrived at each VAD window (``current``): a
-signal that is late is left out, never waited for.
+The decision reads whatever has arrived at each VAD window, and again the
+moment a signal arrives (``UserTurn.on_news``), with ``current``: a signal
+that is late is left out, never waited for.
 """
 
 from __future__ import annotations

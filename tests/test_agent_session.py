@@ -23,7 +23,11 @@ class AgentHarness:
         self.llm = llm
         engines = Engines(vad=EnergyVAD(), stt=FakeSTT(), llm=llm, tts=FakeTTS())
         defaults = dict(
-            end_silence_complete_ms=200, end_silence_ms=200, stt_speculative_silence_ms=64, tool_filler_ms=100
+            end_silence_complete_ms=200,
+            end_silence_ms=200,
+            end_silence_telling_ms=200,
+            stt_speculative_silence_ms=64,
+            tool_filler_ms=100,
         )
         self.settings = Settings(**{**defaults, **settings})
         self.events: list = []

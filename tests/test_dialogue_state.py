@@ -1,6 +1,6 @@
 import pytest
 
-from voice_agent.dialogue_state import Expectation, answer_completeness, expectation
+from voice_agent.dialogue_state import Expectation, answer_completeness, asks_for_answer, expectation
 from voice_agent.turn import Completeness
 
 
@@ -63,3 +63,22 @@ def test_what_the_agent_asked_for(agent, expected):
 )
 def test_whether_the_words_answer_it(expected, user, completeness):
     assert answer_completeness(expected, user) is completeness
+
+
+@pytest.mark.parametrize(
+    "agent, asks",
+    [
+        ("How many people?", True),
+        ("We open at five. Would you like to book a table?", True),
+        ("What's your name?", True),
+        ("How can I help you today?", False),
+        ("Sure. Anything else?", False),
+        ("Is there anything else I can do for you?", False),
+        ("We open at five.", False),
+        ("What would you like? We have pasta.", False),  # the last sentence is not a question
+        ("", False),
+        (None, False),
+    ],
+)
+def test_asks_for_answer(agent, asks):
+    assert asks_for_answer(agent) is asks

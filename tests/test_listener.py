@@ -56,12 +56,18 @@ class Floor:
         return self.own_voice
 
 
-def listener(floor: Floor, **settings) -> tuple[Listener, list]:
+class TellingSTT(WordsSTT):
+    async def transcribe(self, audio):
+        await asyncio.sleep(0)
+        return "I was there."
+
+
+def listener(floor: Floor, stt=WordsSTT, **settings) -> tuple[Listener, list]:
     events: list = []
     defaults = dict(
-        end_silence_complete_ms=200, end_silence_statement_ms=200, end_silence_ms=200, stt_speculative_silence_ms=64
+        end_silence_complete_ms=200, end_silence_telling_ms=200, end_silence_ms=200, stt_speculative_silence_ms=64
     )
-    made = Listener(Settings(**{**defaults, **settings}), EnergyVAD(), WordsSTT, events.append, floor)
+    made = Listener(Settings(**{**defaults, **settings}), EnergyVAD(), stt, events.append, floor)
     floor.listener = made
     return made, events
 
@@ -86,6 +92,32 @@ async def test_speech_makes_a_turn_with_pre_roll_that_a_pause_commits():
     assert made.turn is None
     partials = [e for e in events if isinstance(e, Transcript)]
     assert partials and all(e.text == "Hello there." and not e.final for e in partials)  # every 500 ms of speech
+    await made.close()
+
+
+class HeldSTT(WordsSTT):
+    """Transcribes once the test releases it."""
+
+    def __init__(self):
+        self.release = asyncio.Event()
+
+    async def transcribe(self, audio):
+        await self.release.wait()
+        return "Hello there."
+
+
+async def test_a_transcript_that_comes_in_between_two_windows_is_acted_on_at_once():
+    floor = Floor()
+    stt = HeldSTT()
+    made, _ = listener(floor, stt=lambda: stt)
+    await feed(made, quiet(0.5))
+    await feed(made, tone(0.6))
+    await feed(made, quiet(0.3))  # the required silence, while Whisper has not answered
+    assert [call[0] for call in floor.calls] == ["begin"]
+    stt.release.set()
+    for _ in range(5):  # no more audio: no VAD window
+        await asyncio.sleep(0)
+    assert floor.calls[1:] == [("pause", "Hello there."), ("commit", 1)]
     await made.close()
 
 
@@ -123,3 +155,30 @@ async def test_speech_that_is_the_agents_own_voice_makes_no_turn():
     await feed(made, tone(0.3))
     [(kind, start)] = floor.calls
     assert kind == "begin" and start < echo_end - WINDOW
+
+
+async def test_a_pause_after_a_finished_sentence_that_the_user_goes_on_from_is_learned():
+    # "I was there." is a finished telling: it waits end_silence_telling_ms unless the user is known to pause longer.
+    floor = Floor()
+    made, _ = listener(floor, TellingSTT, end_silence_telling_ms=900, end_silence_incomplete_ms=3000)
+    await feed(made, np.concatenate([quiet(0.5), tone(0.6), quiet(0.7), tone(0.6)]))  # 700 ms: thinking
+    assert not any(kind == "commit" for kind, *_ in floor.calls)
+    assert 950 <= made._detector.habit.telling_ms(900) <= 1050  # the pause, ~700 ms in 32 ms windows, + 300
+    # Now a 950 ms pause would have cut the user off before; the learned habit waits it out.
+    await feed(made, np.concatenate([quiet(0.95), tone(0.6)]))
+    assert not any(kind == "commit" for kind, *_ in floor.calls)
+    await feed(made, quiet(1.5))
+    assert floor.calls[-1][0] == "commit"
+    await made.close()
+
+
+async def test_a_user_who_talks_into_the_answer_teaches_the_pause_too():
+    floor = Floor()
+    made, _ = listener(floor, TellingSTT, end_silence_telling_ms=400)
+    await feed(made, np.concatenate([quiet(0.5), tone(0.6), quiet(0.6)]))
+    assert floor.calls[-1][0] == "commit"
+    committed_start = made._last_commit[0]
+    floor.begin_turn = lambda start: (committed_start, False)  # the session merges the two turns
+    await feed(made, np.concatenate([quiet(0.5), tone(0.3)]))  # back 1.1 s after the first part's last word
+    assert 1300 <= made._detector.habit.telling_ms(400) <= 1500
+    await made.close()

@@ -65,14 +65,15 @@ QUESTION = {"role": "user", "content": "And tomorrow?"}
 
 
 def record_evaluations(backend: LlamaCppBackend) -> list[list[int]]:
-    """Per instance, how many tokens each llama.cpp evaluation took in."""
+    """Per instance, how many tokens each llama.cpp decode took in (``Llama.eval``'s and the reading's own)."""
     counts: list[list[int]] = []
     for instance in backend._instances:
         calls: list[int] = []
-        original = instance.llama.eval
-        instance.llama.eval = lambda tokens, original=original, calls=calls: (
-            calls.append(len(tokens)),
-            original(tokens),
+        context = instance.llama._ctx
+        original = context.decode
+        context.decode = lambda batch, original=original, calls=calls: (
+            calls.append(batch.batch.n_tokens),
+            original(batch),
         )[1]
         counts.append(calls)
     return counts
@@ -143,8 +144,8 @@ async def test_end_of_turn_logprob_evaluates_only_new_words_and_prepares_the_ans
     assert counts[instance] and counts[instance][0] < 15  # the user's words, not the history
     counts[instance].clear()
     assert [delta async for delta in pool.stream_chat(messages)]
-    # The answer to those words found them evaluated: only the template's tokens after them were left.
-    assert counts[instance][0] <= 6
+    # The answer to those words found its whole prompt evaluated: one token at a time, only what it writes.
+    assert counts[instance] and set(counts[instance]) == {1}
     assert not counts[1 - instance]
 
 
@@ -156,19 +157,31 @@ async def test_an_answer_reads_the_end_of_turn_probability_in_its_own_evaluation
     assert not reading.done() and not any(counts)  # nothing evaluated for the reading alone
     assert [delta async for delta in pool.stream_chat(messages)]
     logprob = await reading
-    # The answer's prompt in two evaluations: up to the user's words, then the template's few tokens after them.
+    # The answer's prompt in one evaluation, the reading on its way; then one token at a time.
     [calls] = [calls for calls in counts if calls]
-    assert len(calls) >= 2 and calls[1] <= 6
+    assert calls[0] > 6 and set(calls[1:]) <= {1}
     alone = await llm.end_of_turn_logprob(messages)  # another backend's own evaluation
     assert logprob is not None and alone is not None and abs(logprob - alone) < 0.1 and logprob > -4
     # Asked again for those messages (a later pause with the same words): the answer's reading, at once.
     assert await pool.end_of_turn_logprob(messages) == logprob
 
 
+async def test_an_answer_after_its_reading_is_the_answer_without_one(pool, llm):
+    # The answer samples its first token from the logits the reading's evaluation left: the right ones.
+    messages = [*HISTORY, {"role": "user", "content": "What should I wear tomorrow?"}]
+    assert await pool.end_of_turn_logprob(messages) is not None
+    answer = "".join([delta async for delta in pool.stream_chat(messages)])
+    plain = llm._instances[0].llama
+    plain.reset()
+    completion = plain.create_chat_completion(messages=messages, max_tokens=pool.max_tokens, temperature=0.0)
+    assert answer and answer == completion["choices"][0]["message"]["content"]
+
+
 async def test_end_of_turn_logprob_never_waits_for_a_busy_pool(llm):
     stream = llm.stream_chat([{"role": "user", "content": "Tell me a long story about a dragon."}])
     assert await anext(stream)
-    assert await llm.end_of_turn_logprob(conversation("Yes.")) is None
+    # Words never read before: a reading already made (an earlier test's "Yes.") is returned at once.
+    assert await llm.end_of_turn_logprob(conversation("Perhaps on Tuesday.")) is None
     await stream.aclose()
 
 
@@ -190,3 +203,23 @@ async def test_warm_up_evaluates_the_system_prompt_on_every_instance():
 
 async def collect_answer(backend: LlamaCppBackend, messages) -> str:
     return "".join([delta async for delta in backend.stream_chat(messages)])
+
+
+async def test_a_prompt_longer_than_a_batch_is_read_and_answered_the_same(llm):
+    # Over llama.cpp's 512-token batch: the reading's position and the prompt's end fall in different batches.
+    long_history = [
+        HISTORY[0],
+        {"role": "user", "content": "Tell me about the weather where you are."},
+        {"role": "assistant", "content": "It is sunny and warm here, with a light breeze from the sea. " * 50},
+    ]
+    messages = [*long_history, {"role": "user", "content": "And what about tomorrow?"}]
+    llama = llm._instances[0].llama
+    llama.reset()
+    fresh = llm._end_of_turn_logprob(llama, messages)
+    assert llama.n_tokens > llama.n_batch
+    again = llm._end_of_turn_logprob(llama, messages)  # from the cache: the last word and the template only
+    assert fresh is not None and again is not None and abs(fresh - again) < 0.05
+    answer = "".join([delta async for delta in llm.stream_chat(messages)])
+    llama.reset()
+    completion = llama.create_chat_completion(messages=messages, max_tokens=llm.max_tokens, temperature=0.0)
+    assert answer and answer == completion["choices"][0]["message"]["content"]

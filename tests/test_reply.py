@@ -205,3 +205,39 @@ async def test_an_answer_with_nothing_speakable_says_so_instead_of_staying_silen
     reply = make_reply(RecordingLLM(answer, log), SlowTTS(log, 0.01))
     await asyncio.wait_for(reply.run(), 5)
     assert reply.text == NOTHING_TO_SAY and reply.said_nothing
+
+
+class PaddedTTS:
+    """Like Piper: each sentence starts with 40 ms of digital silence, then a 200 Hz tone."""
+
+    sample_rate = RATE
+
+    async def synthesize(self, text):
+        t = np.arange(RATE // 5) / RATE
+        voice = (0.5 * np.sin(2 * np.pi * 200 * t)).astype(np.float32)
+        yield np.concatenate([np.zeros(RATE * 40 // 1000, np.float32), voice])
+
+
+async def test_the_answer_starts_at_its_first_sound_and_later_chunks_keep_their_lead_in():
+    events: list = []
+    reply = make_reply(RecordingLLM("Yes, we are open. We close at ten.", []), PaddedTTS(), events.append)
+    await asyncio.wait_for(reply.run(), 5)
+    audio = np.concatenate([e.samples for e in events if isinstance(e, AgentAudio)])
+    loud = np.flatnonzero(np.abs(audio) >= 0.003)
+    # The first chunk's 40 ms lead-in is cut to about 5 ms; the second's stays whole (and the first's
+    # tail is padded to a whole 20 ms frame): a pause between the two.
+    assert len(reply.chunks) == 2
+    assert 0.003 <= loud[0] / RATE <= 0.007
+    gaps = np.diff(loud) / RATE
+    [pause] = gaps[gaps > 0.01]
+    assert 0.04 <= pause <= 0.061
+
+
+async def test_an_answer_ends_where_a_sentence_repeats_the_end_of_an_earlier_one():
+    log: list[str] = []
+    reply = make_reply(RecordingLLM("No, I'm not. I'm not. I'm not.", log), SlowTTS(log, seconds=0.01))
+    await asyncio.wait_for(reply.run(), 5)
+    assert reply.text == "No, I'm not." and reply.cut_by == "repeated_chunk"
+    reply = make_reply(RecordingLLM("We open at nine. Not at nine thirty.", log), SlowTTS(log, seconds=0.01))
+    await asyncio.wait_for(reply.run(), 5)
+    assert reply.text == "We open at nine. Not at nine thirty."  # a shared word is not a repeat

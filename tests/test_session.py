@@ -18,6 +18,7 @@ from voice_agent.protocols.events import (
     SessionStarted,
     TextReceived,
     Transcript,
+    TurnCommitted,
 )
 from voice_agent.session import Session
 from voice_agent.vad import WINDOW
@@ -140,7 +141,7 @@ class Harness:
         engines = Engines(vad=EnergyVAD(), stt=self.stt, llm=self.llm, tts=FakeTTS())
         defaults = dict(
             end_silence_complete_ms=200,
-            end_silence_statement_ms=200,
+            end_silence_telling_ms=200,
             end_silence_ms=200,
             end_silence_incomplete_ms=200,
             stt_speculative_silence_ms=64,
@@ -622,6 +623,9 @@ async def test_the_user_going_on_right_after_the_answer_starts_withdraws_it_and_
     assert withdrawn[0]["overlap_total_ms"] == withdrawn[0]["overlap_ms"]
     assert h.session.history == []  # the withdrawn answer is not in it
     assert h.finals("agent") == []
+    # The user just went on after a 500 ms pause, so a telling now waits that and 300 ms more (PauseHabit).
+    await h.feed(quiet(0.6))
+    assert h.session.history == [] and not h.of(TurnCommitted)[1:]
     await h.feed(quiet(0.4))
     await h.until(lambda: len(h.session.history) == 2)
     # One user turn holding both parts (5 + about 4 words of tone), then the answer to it.

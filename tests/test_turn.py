@@ -28,6 +28,8 @@ from voice_agent.turn import Completeness, TurnDetector, TurnSignals, classify, 
         ("A cheeseburger in.", Completeness.INCOMPLETE),  # "and" misheard before a pause
         ("What are you interested in?", Completeness.COMPLETE),
         ("Let me see.", Completeness.INCOMPLETE),  # the user asks for time to think
+        ("No, wait.", Completeness.INCOMPLETE),  # about to correct themselves
+        ("I can wait.", Completeness.COMPLETE),
         ("Hmm, lets see...", Completeness.INCOMPLETE),
         ("Hold on!", Completeness.INCOMPLETE),
         ("I'll see.", Completeness.COMPLETE),
@@ -110,13 +112,41 @@ def test_the_confident_silence_is_never_longer_than_the_complete_one():
     assert detector.required_silence_ms(signals("Are you open?", logprob=-0.1)) == 150
 
 
-def test_a_finished_statement_waits_longer_than_a_question():
-    detector = TurnDetector(complete_ms=350, default_ms=600, incomplete_ms=2000, confident_ms=200, statement_ms=550)
-    assert detector.required_silence_ms(signals("I'd like a table for four people.", logprob=-0.3)) == 550
+def test_a_finished_telling_waits_longer_than_a_question_a_request_or_a_goodbye():
+    detector = TurnDetector(complete_ms=350, default_ms=600, incomplete_ms=2000, confident_ms=200, telling_ms=1800)
+    assert detector.required_silence_ms(signals("Okay, well I think we're ready to begin.", logprob=-0.4)) == 1800
+    assert detector.required_silence_ms(signals("That sounds good.", logprob=-3.1)) == 1800  # doubt never shortens
+    assert detector.required_silence_ms(signals("I'd like a table for four people.", logprob=-0.3)) == 350
+    assert detector.required_silence_ms(signals("Thank you. Goodbye.", logprob=-0.7)) == 350
     assert detector.required_silence_ms(signals("Are you open tonight?")) == 350  # a question, the rules alone
     assert detector.required_silence_ms(signals("Are you open tonight?", logprob=-0.2)) == 200
-    # The answer to what the agent asked is not a statement that may go on.
+    # "730." is a draw for the rules, not a finished telling: the no-hint silence.
+    assert detector.required_silence_ms(signals("We will arrive at around 730.", logprob=-1.9)) == 600
+    # The answer to what the agent asked is not a telling that may go on.
     assert detector.required_silence_ms(signals("Yes.", answer=Completeness.COMPLETE)) == 200
-    assert detector.required_silence_ms(signals("That sounds good.", logprob=-3.1)) == 600
+    assert detector.required_silence_ms(TurnSignals("Four of us.", agent_asked=True)) == 350
     # Never sooner than a complete sentence's silence.
-    assert TurnDetector(complete_ms=700, statement_ms=550).required_silence_ms("I'd like a table.") == 700
+    assert TurnDetector(complete_ms=700, telling_ms=550).required_silence_ms("I'm here.") == 700
+
+
+@pytest.mark.parametrize(
+    "text, silence",
+    [
+        ("I live at 42.", 2000),  # an address begun
+        ("10.", 2000),
+        ("and so my fellow Americans ask not what your country can do for you", 2000),  # no full stop: still a telling
+        ("We will arrive at around 730.", 350),  # a time of day is whole
+        ("We arrive at 7:30.", 350),
+        ("Please book it for 7.", 350),  # a request, not a telling
+    ],
+)
+def test_a_telling_waits_unless_it_ends_in_a_time_of_day(text, silence):
+    detector = TurnDetector(complete_ms=350, default_ms=600, incomplete_ms=2000, confident_ms=200, telling_ms=2000)
+    assert detector.required_silence_ms(signals(text, logprob=-0.5)) == silence
+
+
+def test_a_user_who_paused_longer_than_the_telling_silence_gets_more():
+    detector = TurnDetector(complete_ms=350, default_ms=600, incomplete_ms=2000, confident_ms=200, telling_ms=2000)
+    detector.habit.went_on_after(1920)
+    assert detector.required_silence_ms(signals("And it's great joy.", logprob=-0.7)) == 2220
+    assert detector.required_silence_ms(signals("Are you open?", logprob=-0.1)) == 200  # questions are not tellings

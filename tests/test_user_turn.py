@@ -76,3 +76,42 @@ def test_metrics_values_are_rounded_and_measured_from_the_end_of_speech():
     assert values["turn"] == 3 and values["voice_to_voice_ms"] == 400.0 and values["endpoint_ms"] == 200.0
     assert values["llm_ttft_ms"] == 50.0
     assert values["first_chunk_ms"] is None and values["stt_speculative"] is True
+
+
+class ReadingLLM:
+    """An end-of-turn reading that comes when the test releases it."""
+
+    def __init__(self):
+        self.release = asyncio.Event()
+
+    async def end_of_turn_logprob(self, messages, answering=False):
+        await self.release.wait()
+        return -0.1
+
+
+async def test_the_turn_tells_when_its_speculative_transcript_and_each_signal_come_in():
+    from voice_agent.turn_signals import PauseSignals
+
+    turn = a_turn(CountingSTT())
+    news: list[str] = []
+    turn.on_news = lambda: news.append("news")
+    turn.speculate()
+    assert news == []
+    await asyncio.sleep(0.01)
+    assert news == ["news"]  # the transcript
+    llm = ReadingLLM()
+    turn.gather(PauseSignals("Hello.", None, llm, [], None, None))
+    await asyncio.sleep(0.01)
+    assert news == ["news"]  # the reading is not in yet
+    llm.release.set()
+    await asyncio.sleep(0.01)
+    assert news == ["news", "news"]
+    # A speculation made stale by more speech is cancelled: no news of it.
+    turn.on_speech(turn.last_speech + WINDOW)
+    turn.speculate()
+    turn.on_speech(turn.last_speech + WINDOW)
+    turn.speculate()
+    await asyncio.sleep(0.01)
+    assert news == ["news", "news", "news"]
+    for task in turn.tasks():
+        task.cancel()

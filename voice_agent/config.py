@@ -73,12 +73,16 @@ class Settings:
     )
     partial_interval_ms: int = _opt(500, "Minimum new speech between two partial transcripts.", "stt")
 
-    # 64 ms, two VAD windows: with Whisper at 2 threads (about 115 ms per final
-    # transcript in the benchmark) the answer is then ready by the time a complete
-    # sentence's 350 ms of silence ends. scripts/bench --sessions 1 -n 3 with 64:
-    # median 405 ms, final transcript 114 ms; the run before with 96: 466 ms, 116 ms.
+    # 32 ms, one VAD window: the held answer's first audio, not the end-of-turn
+    # silence, is what the user waits for after a question, and it cannot start
+    # before this transcript. One window of silence inside speech also starts a
+    # transcription that more speech makes stale (0.4 a turn more in the benchmark,
+    # endpointing and AMI turns), a cost the 2 cores absorb. Server medians of 27
+    # benchmark turns each, A/B under load about 2 (docs/results/latency-2026-11-22.md):
+    # 64 ms gave first audio 498 ms after the speech, 32 ms 476 ms; Whisper's
+    # words differed in 7 of 57 turns, as often better as worse.
     stt_speculative_silence_ms: int = _opt(
-        64,
+        32,
         "Silence after which the final transcription starts speculatively, before the turn is known to be over.",
         "stt",
     )
@@ -118,14 +122,14 @@ class Settings:
         "finished, or a whole answer to what the agent asked (a full phone number, yes to a yes/no question).",
         "turn",
     )
-    # As a question by default: 550 spared more real pauses offline (AMI: 12 of 31
-    # cut instead of 19) but not in the real group's eval (5 of 10 heard), and
-    # cost the benchmark about 60 ms of median (598 against 539 ms, one run each).
-    # docs/endpointing.md, "Turn signals".
-    end_silence_statement_ms: int = _opt(
-        350,
-        "Silence that ends a turn after a complete sentence that is not a question "
-        "(a statement may be followed by more; a question hands the turn over).",
+    # Real speakers go on after a finished telling: in the real group of the
+    # endpointing eval every long thinking pause (up to 2.1 s) followed one, and
+    # none followed a request (docs/endpointing.md, "Tellings"). Questions,
+    # requests, goodbyes and answers to the agent's questions are not tellings.
+    end_silence_telling_ms: int = _opt(
+        2000,
+        "Silence that ends a turn after a complete sentence that tells (not a question, a request, "
+        "a goodbye or an answer to what the agent asked): a speaker may go on after it.",
         "turn",
     )
     end_of_turn_llm: int = _opt(

@@ -86,6 +86,23 @@ def expectation(agent_text: str | None) -> Expectation:
     return Expectation.OPEN
 
 
+# "How can I help?" and "Anything else?" ask for a request, not for a value: the user's
+# reply may be a story that goes on, so it gets no answer's haste.
+_OPEN_OFFER = re.compile(
+    r"\b(?:help|assist|do for you|anything else|something else|what else|what can i|how can i|how may i)\b"
+)
+
+
+def asks_for_answer(agent_text: str | None) -> bool:
+    """Whether the agent's last words are a question the user's next words answer ("How many people?")."""
+    if not agent_text:
+        return False
+    sentences = [s.strip() for s in _SENTENCE.findall(agent_text.lower()) if s.strip()]
+    if not sentences or not sentences[-1].endswith("?"):
+        return False
+    return not _OPEN_OFFER.search(sentences[-1])
+
+
 def answer_completeness(expected: Expectation, user_text: str | None) -> Completeness | None:
     """Whether ``user_text`` looks like a whole answer to what was asked; None: no opinion."""
     if user_text is None or expected is Expectation.OPEN:

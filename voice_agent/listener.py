@@ -24,9 +24,10 @@ from .config import Settings
 from .echo_reference import INPUT_SAMPLES as ECHO_INPUT_SAMPLES
 from .echo_suppression import FIT_S as ECHO_FIT_S
 from .interfaces import SpeechStream, STTBackend
+from .pause_habit import MIN_PAUSE_MS, PauseHabit
 from .protocols.events import OutputEvent, Transcript
 from .timeline import AudioTimeline
-from .turn import TurnDetector, TurnSignals
+from .turn import Completeness, TurnDetector, TurnSignals, classify
 from .user_turn import UserTurn
 from .vad import WINDOW, WINDOW_MS
 
@@ -101,15 +102,13 @@ class Listener:
         self._turn_taker = turn_taker
         self._id = session_id
         self._clock = clock
-        self._detector = TurnDetector(
-            settings.end_silence_complete_ms,
-            settings.end_silence_ms,
-            settings.end_silence_incomplete_ms,
-            settings.max_turn_s,
-            settings.end_silence_confident_ms,
-            settings.end_silence_statement_ms,
-        )
+        self._detector = _turn_detector(settings)
+        # The last committed turn (start, last speech, ended on a finished sentence): if the user
+        # goes on and the two merge, that pause is one of theirs (PauseHabit).
+        self._last_commit: tuple[int, int, bool] | None = None
+        self._gap_since_commit = 0
         self._analysed = 0  # samples the VAD has seen
+        self._probability = 0.0  # the VAD's last window, as the end-of-turn check read it
         self._speech_run_ms = 0.0
         self._partial_task: asyncio.Task | None = None
         self._preroll = PREROLL_SAMPLES
@@ -121,12 +120,7 @@ class Listener:
     def configure(self, settings: Settings, preroll_samples: int, manual: bool) -> None:
         """This session's own VAD threshold and end-of-turn silences, pre-roll, and who ends turns."""
         self.settings = settings
-        self._detector = TurnDetector(
-            settings.end_silence_complete_ms,
-            settings.end_silence_ms,
-            settings.end_silence_incomplete_ms,
-            settings.max_turn_s,
-        )
+        self._detector = _turn_detector(settings, self._detector.habit)
         self._preroll = preroll_samples
         if manual and not self.manual:
             self.clear()
@@ -178,9 +172,12 @@ class Listener:
         if probability >= threshold:
             self._speech_run_ms += WINDOW_MS
             if self.turn is not None:
+                self._learn_pause(self.turn, end)
                 self.turn.on_speech(end)
             elif self._speech_run_ms >= self.settings.vad_min_speech_ms:
                 run = int(self._speech_run_ms * PIPELINE_RATE / 1000)
+                if self._last_commit is not None:
+                    self._gap_since_commit = end - run - self._last_commit[1]
                 start = max(self.timeline.start, end - run - self._preroll)
                 start, over_agent = self._turn_taker.begin_turn(start)
                 self.turn = UserTurn(
@@ -193,14 +190,29 @@ class Listener:
                     stt=self._stt(),
                     clock=self._clock,
                 )
+                self.turn.on_news = lambda turn=self.turn: self._on_news(turn)
                 log.debug("session %s: turn %d starts", self._id, self.turn.id)
             if self.turn is not None:
+                self._learn_merge(self.turn)
                 self._turn_taker.user_speaks(self.turn)
                 self._maybe_partial(self.turn)
         elif probability < threshold - VAD_HYSTERESIS:
             self._speech_run_ms = 0.0
+        self._probability = probability
         if self.turn is not None:
             self._check_end_of_turn(self.turn, end, probability)
+
+    def _on_news(self, turn: UserTurn) -> None:
+        """``turn``'s speculative transcript or an end-of-turn signal came in between two VAD windows.
+
+        The check runs again at once, on the audio analysed so far, so that
+        the held answer starts, and the turn commits, without waiting up to a
+        window (32 ms) for the next one. The silence it reads is the one the
+        last window measured: no turn ends sooner than the policy says.
+        """
+        if self.turn is not turn or self._probability >= RESUMING_PROBABILITY:
+            return  # over, or the last window may be the user going on: the next one decides
+        self._check_end_of_turn(turn, self._analysed, self._probability)
 
     def _maybe_partial(self, turn: UserTurn) -> None:
         if self._partial_task is not None and not self._partial_task.done():
@@ -238,7 +250,26 @@ class Listener:
             turn.resuming_windows += 1
             return
         turn.decision = (signals, self._detector.required_silence_ms(signals))
+        self._last_commit = (turn.start, turn.last_speech, classify(signals.transcript) is Completeness.COMPLETE)
         self._turn_taker.commit(turn)
+
+    def _learn_pause(self, turn: UserTurn, end: int) -> None:
+        """Speech again in ``turn``: a pause after a finished sentence was the user thinking."""
+        pause_ms = (end - WINDOW - turn.last_speech) * 1000 / PIPELINE_RATE
+        if pause_ms < MIN_PAUSE_MS:
+            return
+        speculative = turn.speculative_transcript()
+        if speculative is not None and classify(speculative[0]) is Completeness.COMPLETE:
+            self._detector.habit.went_on_after(pause_ms)
+
+    def _learn_merge(self, turn: UserTurn) -> None:
+        """``turn`` took in the committed one before it: the user was only pausing there."""
+        if self._last_commit is None or turn.start > self._last_commit[0]:
+            return
+        _, _, finished = self._last_commit
+        self._last_commit = None
+        if finished:
+            self._detector.habit.went_on_after(self._gap_since_commit * 1000 / PIPELINE_RATE)
 
     def _trim_audio(self) -> None:
         """Keep the current turn's audio, that of a turn that may yet merge with the next, and the pre-roll."""
@@ -261,3 +292,15 @@ class Listener:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def _turn_detector(settings: Settings, habit: PauseHabit | None = None) -> TurnDetector:
+    return TurnDetector(
+        settings.end_silence_complete_ms,
+        settings.end_silence_ms,
+        settings.end_silence_incomplete_ms,
+        settings.max_turn_s,
+        settings.end_silence_confident_ms,
+        settings.end_silence_telling_ms,
+        habit,
+    )

@@ -46,6 +46,14 @@ NOTHING_TO_SAY = "Sorry, I don't have a good answer to that."
 # Piper writes a sentence in a few hundred milliseconds on a loaded CPU: three
 # seconds of audio ahead leave it ample time to have the next one ready.
 AUDIO_AHEAD_S = 3.0
+# Piper starts every sentence with 20 to 40 ms of digital silence (its samples
+# under 0.002 before the first phoneme, en_US-joe-medium) that the user would
+# wait through before the answer's first word: the first chunk of an answer
+# starts this long before its first sample at ONSET_LEVEL (about -50 dBFS),
+# which keeps a soft onset ("h") whole. Later chunks keep theirs, a pause
+# between two chunks.
+ONSET_LEVEL = 0.003
+ONSET_MARGIN_S = 0.005
 
 
 @dataclass
@@ -170,10 +178,12 @@ class Reply:
 
         Small models fall into loops ("I'm not. I'm not. I'm not. ..."): an
         answer ends at its first repeated chunk instead of talking for a minute
-        and filling the history, and so every later prompt, with the loop.
+        and filling the history, and so every later prompt, with the loop. A
+        chunk that repeats the end of an earlier one is the same loop starting
+        ("No, I'm not. I'm not.").
         """
         key = " ".join(word_tokens(text.lower()))
-        if key in said:
+        if key in said or any(earlier.endswith(" " + key) for earlier in said):
             return False
         said.add(key)
         if self.timings.first_chunk_ms is None:
@@ -189,7 +199,13 @@ class Reply:
             pending = np.zeros(0, dtype=np.float32)
             chunk = SpokenChunk(text)
             first = True
+            before_onset = index == 0
             async for piece in self._tts.synthesize(text):
+                if before_onset:
+                    piece = piece[_onset(piece, self._tts.sample_rate) :]
+                    before_onset = not len(piece)
+                    if before_onset:
+                        continue  # silence only, so far
                 if first and index == 0:
                     self.timings.tts_ttfa_ms = self._ms_since(handed_at)
                     # Piper yields a sentence's audio at once and the first chunk is at
@@ -292,3 +308,11 @@ class Reply:
 
     def _ms_since(self, start: float) -> float:
         return (self._clock() - start) * 1000.0
+
+
+def _onset(samples: np.ndarray, rate: int) -> int:
+    """Where the first chunk starts: ONSET_MARGIN_S before the first sample at ONSET_LEVEL; past all of silence."""
+    loud = np.flatnonzero(np.abs(samples) >= ONSET_LEVEL)
+    if not len(loud):
+        return len(samples)
+    return max(0, int(loud[0]) - round(ONSET_MARGIN_S * rate))

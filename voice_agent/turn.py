@@ -15,6 +15,9 @@ import enum
 import re
 from dataclasses import dataclass
 
+from .pause_habit import PauseHabit
+from .speech_act import SpeechAct, speech_act
+
 # Words after which a speaker almost always goes on, even when Whisper has
 # already put a full stop after them ("I'd like a table for."). Whisper writes
 # a thinking "hmm" as "m" too (the endpointing eval's hmm_vegetarian turn).
@@ -56,6 +59,8 @@ HOLDING_PHRASES = (
     "give me a second",
 )
 
+# "Wait." or "No, wait." opening a sentence, not "I can wait.": the user is about to correct themselves.
+_WAIT = re.compile(r"(?:^|[.!?]\s+)(?:(?:no|oh|uh|um|okay|ok|sorry)\W+)*wait\W*$")
 _LAST_WORD = re.compile(r"([\w']+)\W*$")
 _HOLDING = re.compile(r"\b(?:" + "|".join(re.escape(p).replace("'", "'?") for p in HOLDING_PHRASES) + r")\W*$")
 _WORD = re.compile(r"\w")
@@ -88,7 +93,7 @@ def classify(transcript: str | None) -> Completeness:
     if text.endswith(("...", "…", ",", "-", "—", ":", ";")):
         return Completeness.INCOMPLETE
     lowered = text.lower()
-    if _HOLDING.search(lowered):
+    if _HOLDING.search(lowered) or _WAIT.search(lowered):
         return Completeness.INCOMPLETE
     match = _LAST_WORD.search(lowered)
     if match:
@@ -141,6 +146,7 @@ class TurnSignals:
     end_of_turn_logprob: float | None = None
     answer: Completeness | None = None  # dialogue_state.answer_completeness: does it answer what was asked?
     audio_end_probability: float | None = None
+    agent_asked: bool = False  # dialogue_state.asks_for_answer: the agent's last words asked for an answer
 
 
 def fused_completeness(signals: TurnSignals) -> Completeness:
@@ -163,6 +169,14 @@ def fused_completeness(signals: TurnSignals) -> Completeness:
     if audio is not None and level is Completeness.COMPLETE and audio < AUDIO_FINISHED:
         level = Completeness.UNKNOWN
     return level
+
+
+# "730", "7:30", "19.30", "seven pm": a time of day is a whole value.
+_TIME_OF_DAY = re.compile(r"(?:\b(?:[01]?\d|2[0-3])[:.]?[0-5]\d|\b\d{1,2} ?(?:am|pm|a\.m|p\.m|o'clock))\W*$", re.I)
+
+
+def _ends_in_a_time(transcript: str | None) -> bool:
+    return transcript is not None and _TIME_OF_DAY.search(transcript) is not None
 
 
 def _is_question(transcript: str | None) -> bool:
@@ -195,7 +209,8 @@ class TurnDetector:
         incomplete_ms: int = 2000,
         max_turn_s: float = 30.0,
         confident_ms: int = 200,
-        statement_ms: int | None = None,
+        telling_ms: int | None = None,
+        habit: PauseHabit | None = None,
     ):
         self._silence_ms = {
             Completeness.COMPLETE: complete_ms,
@@ -203,10 +218,11 @@ class TurnDetector:
             Completeness.INCOMPLETE: incomplete_ms,
         }
         self.confident_ms = min(confident_ms, complete_ms)
-        # A finished statement may be followed by more ("Yes. ... And a dessert?");
-        # a question hands the turn over. None: statements wait like questions.
-        self.statement_ms = complete_ms if statement_ms is None else max(statement_ms, complete_ms)
+        # A finished telling may be followed by more ("Yes. ... And a dessert?"); a
+        # question, a request or a goodbye hands the turn over. None: tellings wait like them.
+        self.telling_ms = complete_ms if telling_ms is None else max(telling_ms, complete_ms)
         self.max_turn_ms = max_turn_s * 1000.0
+        self.habit = PauseHabit() if habit is None else habit
 
     def required_silence_ms(self, signals: TurnSignals | str | None) -> int:
         """The silence that ends the turn; a bare transcript is the rules alone."""
@@ -214,10 +230,24 @@ class TurnDetector:
             signals = TurnSignals(signals)
         if signals_agree_it_is_over(signals):
             return self.confident_ms
-        level = fused_completeness(signals)
-        if level is Completeness.COMPLETE and signals.answer is None and not _is_question(signals.transcript):
-            return self.statement_ms
-        return self._silence_ms[level]
+        silence = self._silence_ms[fused_completeness(signals)]
+        if signals.answer is None and self._tells_and_may_go_on(signals):
+            return max(silence, self.habit.telling_ms(self.telling_ms))
+        return silence
+
+    @staticmethod
+    def _tells_and_may_go_on(signals: TurnSignals) -> bool:
+        """A sentence that tells, unasked: real speakers go on after these (speech_act.py).
+
+        Whisper's full stop or none: both came before the meetings' thinking
+        pauses. A telling that ends in a time of day ("We arrive at 730.") is
+        whole; one that ends in another number ("I live at 42.") is as likely
+        an address or a number begun as a telling finished.
+        """
+        text = signals.transcript
+        if signals.agent_asked or not has_words(text) or speech_act(text) is not SpeechAct.TELLING:
+            return False
+        return not _ends_in_a_time(text)
 
     def is_turn_over(self, silence_ms: float, signals: TurnSignals | str | None, turn_ms: float = 0.0) -> bool:
         if turn_ms >= self.max_turn_ms:

@@ -31,13 +31,15 @@ class TurnTaking:
 
 def turn_taking(base: Settings, detection: TurnDetection) -> TurnTaking:
     complete, default, incomplete = base.end_silence_complete_ms, base.end_silence_ms, base.end_silence_incomplete_ms
+    telling = base.end_silence_telling_ms
     if detection.mode == SEMANTIC_VAD:
         scale = EAGERNESS_SCALE[detection.eagerness]
-        complete, default, incomplete = (round(ms * scale) for ms in (complete, default, incomplete))
+        complete, default, incomplete, telling = (round(ms * scale) for ms in (complete, default, incomplete, telling))
     elif detection.silence_ms is not None:
-        # The client's silence ends a turn whose words give no hint; a complete
-        # sentence never waits longer, a trailing "and" never shorter.
-        default = detection.silence_ms
+        # The client's silence ends a turn whose words give no hint, and a telling
+        # (server_vad is silence alone in the Realtime API); a complete sentence
+        # never waits longer, a trailing "and" never shorter.
+        default = telling = detection.silence_ms
         complete, incomplete = min(complete, default), max(incomplete, default)
     threshold = base.vad_threshold if detection.threshold is None else detection.threshold
     settings = dataclasses.replace(
@@ -46,6 +48,7 @@ def turn_taking(base: Settings, detection: TurnDetection) -> TurnTaking:
         end_silence_complete_ms=complete,
         end_silence_ms=default,
         end_silence_incomplete_ms=incomplete,
+        end_silence_telling_ms=telling,
         # An answer prepared in the pause is wasted when the client decides when to answer.
         preemptive_generation=base.preemptive_generation and detection.create_response,
     )

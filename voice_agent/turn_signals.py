@@ -3,8 +3,9 @@
 When the speculative transcript of a pause is in, the session asks the LLM
 how likely the words end the turn and, if loaded, Smart Turn how finished the
 voice sounds; both run in their engines' threads while the pause goes on.
-The decision reads whatever has arrived at each VAD window (``current``): a
-signal that is late is left out, never waited for.
+The decision reads whatever has arrived at each VAD window, and again the
+moment a signal arrives (``UserTurn.on_news``), with ``current``: a signal
+that is late is left out, never waited for.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import time
 
 import numpy as np
 
-from .dialogue_state import answer_completeness, expectation
+from .dialogue_state import answer_completeness, asks_for_answer, expectation
 from .llm.base import LLMBackend, Message
 from .smart_turn import SmartTurn
 from .turn import TurnSignals
@@ -38,6 +39,7 @@ class PauseSignals:
     ):
         self.text = text
         self.answer = answer_completeness(expectation(agent_text), text)
+        self.agent_asked = asks_for_answer(agent_text)
         started = time.monotonic()
         self.llm_ms: float | None = None  # how long the LLM's answer took, for the turn's metrics
         self._llm: asyncio.Task | None = None
@@ -56,6 +58,7 @@ class PauseSignals:
             end_of_turn_logprob=_result(self._llm),
             answer=self.answer,
             audio_end_probability=_result(self._audio),
+            agent_asked=self.agent_asked,
         )
 
     def cancel(self) -> None:

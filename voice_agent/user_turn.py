@@ -101,6 +101,9 @@ class UserTurn:
         self._signals_upto = -1  # _speculative_upto that the signals are about
         self.metrics: TurnMetrics | None = None  # of the prepared answer
         self.announced = False  # the client was told it began (SpeechStarted)
+        # Called when the speculative transcript or an end-of-turn signal comes in: the
+        # listener decides then instead of at the next VAD window, up to 32 ms later.
+        self.on_news: Callable[[], None] | None = None
         self._timeline = timeline
         self._stt = stt
         self._clock = clock
@@ -128,6 +131,7 @@ class UserTurn:
             self._speculative.cancel()
         self._speculative_upto = self.last_speech
         self._speculative = asyncio.create_task(self._timed_transcribe(self.audio(SPEECH_TAIL_SAMPLES)))
+        self._speculative.add_done_callback(self._news)
 
     def speculative_transcript(self) -> tuple[str, float] | None:
         """The speculative final (text, ms it took) once it is in; a failure surfaces at :meth:`final_transcript`."""
@@ -160,6 +164,12 @@ class UserTurn:
         if self.signals is not None:
             self.signals.cancel()
         self.signals, self._signals_upto = signals, self._speculative_upto
+        for task in signals.tasks():
+            task.add_done_callback(self._news)
+
+    def _news(self, task: asyncio.Task) -> None:
+        if self.on_news is not None and not task.cancelled():
+            self.on_news()
 
     def end_of_turn_signals(self, transcript: str) -> TurnSignals:
         """What is known about the speculative ``transcript`` now: at least the words."""

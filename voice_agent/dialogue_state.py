@@ -11,6 +11,7 @@ from __future__ import annotations
 import enum
 import re
 
+from .speech_act import sentences
 from .turn import LOCAL_NUMBER_DIGITS, Completeness
 
 
@@ -23,7 +24,6 @@ class Expectation(enum.Enum):
     SPELLING = "spelling"
 
 
-_SENTENCE = re.compile(r"[^.!?]*[.!?]?")
 # A question that asks for a value; checked in this order ("spell your email" is spelling).
 _ASKS_FOR = (
     (Expectation.SPELLING, re.compile(r"\b(?:spell|spelled|spelling|letter by letter)\b")),
@@ -74,10 +74,10 @@ def expectation(agent_text: str | None) -> Expectation:
     """What the agent's last question asks the user for ("" or None: nothing asked)."""
     if not agent_text:
         return Expectation.OPEN
-    sentences = [s.strip() for s in _SENTENCE.findall(agent_text.lower()) if s.strip()]
-    questions = [s for s in sentences if s.endswith("?")]
+    said = sentences(agent_text.lower())
+    questions = [s for s in said if s.endswith("?")]
     # The last question counts; a request ("Please spell your name.") counts too if it is last.
-    last = questions[-1] if questions else sentences[-1] if sentences else ""
+    last = questions[-1] if questions else said[-1] if said else ""
     for kind, pattern in _ASKS_FOR:
         if pattern.search(last):
             return kind
@@ -97,10 +97,8 @@ def asks_for_answer(agent_text: str | None) -> bool:
     """Whether the agent's last words are a question the user's next words answer ("How many people?")."""
     if not agent_text:
         return False
-    sentences = [s.strip() for s in _SENTENCE.findall(agent_text.lower()) if s.strip()]
-    if not sentences or not sentences[-1].endswith("?"):
-        return False
-    return not _OPEN_OFFER.search(sentences[-1])
+    said = sentences(agent_text.lower())
+    return bool(said) and said[-1].endswith("?") and not _OPEN_OFFER.search(said[-1])
 
 
 def answer_completeness(expected: Expectation, user_text: str | None) -> Completeness | None:

@@ -52,23 +52,27 @@ _CLOSING = re.compile(
     r"have a (?:nice|good|great) (?:day|evening|night|one)|that's all|that is all|that will be all|"
     r"that's everything|nothing else|no thanks|no thank you)\b"
 )
-
-
 _GREETING = re.compile(
     r"^(?:hi|hello|hey|hiya|howdy|good (?:morning|afternoon|evening)|greetings)(?: there| again| everyone)?\W*$"
 )
 
 
+def sentences(text: str) -> list[str]:
+    """The sentences of ``text`` that hold a word, each with its closing punctuation.
+
+    Whisper's "..." marks a hesitation inside a sentence ("I'd like a table
+    for... for people."), not its end.
+    """
+    text = _ELLIPSIS.sub(" ", text)
+    return [s.strip() for s in _SENTENCES.findall(text) if any(c.isalnum() for c in s)]
+
+
 def speech_act(transcript: str | None) -> SpeechAct:
     """What the last sentence of ``transcript`` does."""
-    if not transcript:
+    said = sentences(transcript or "")
+    if not said:
         return SpeechAct.TELLING
-    # Whisper's "..." marks a hesitation inside a sentence ("I'd like a table for... for people."), not its end.
-    text = _ELLIPSIS.sub(" ", transcript)
-    sentences = [s.strip() for s in _SENTENCES.findall(text) if any(c.isalnum() for c in s)]
-    if not sentences:
-        return SpeechAct.TELLING
-    last = sentences[-1]
+    last = said[-1]
     if last.endswith("?"):
         return SpeechAct.QUESTION
     words = " ".join(last.lower().replace("’", "'").split())

@@ -26,7 +26,7 @@ import numpy as np
 
 HOP = 160  # 10 ms at 16 kHz: the envelope test's block, so its lag applies as it is
 FRAME = 4 * HOP  # 40 ms Hann frames at a quarter overlap: they add up to a constant
-SMEAR_BEFORE = 2  # hops: the lag is found to a block or two
+SMEAR_BEFORE = 6  # hops: the envelope test finds the lag up to 60 ms late when frames arrive in bursts
 SMEAR_AFTER = 4  # hops: the room carries the sound on (most of a small room's energy within 40 ms)
 BAND_BINS = 16  # bins sharing one fit of the path: 400 Hz bands
 LOUD_SHARE = 1e-3  # frames whose output is quieter than this share of the loudest tell nothing of the path

@@ -100,7 +100,12 @@ def test_the_turn_ends_sooner_only_when_the_signals_agree():
     assert detector.required_silence_ms(signals(question, logprob=-2.0)) == 350  # the LLM is not sure
     assert detector.required_silence_ms(signals(question)) == 350  # the transcript alone is one signal
     assert detector.required_silence_ms(question) == 350
-    assert detector.required_silence_ms(signals("I'd like a table for four people.", logprob=-0.3)) == 350
+    request = "I'd like a table for four people."
+    assert detector.required_silence_ms(signals(request, logprob=-0.3)) == 200  # a request waits for the agent
+    assert detector.required_silence_ms(signals(request, logprob=-2.0)) == 350
+    assert detector.required_silence_ms(signals("Thank you, goodbye.", logprob=-0.8)) == 200
+    assert detector.required_silence_ms(signals("Can I bring my dog.", logprob=-0.2)) == 200  # a question said flat
+    assert detector.required_silence_ms(signals("Hello there.", logprob=-0.5)) == 350  # the reason for the call may follow
     assert detector.required_silence_ms(signals("Yes.", logprob=-0.8, answer=Completeness.COMPLETE)) == 200
     assert detector.required_silence_ms(signals("I want to go to", logprob=-24.0)) == 2000
     assert detector.is_turn_over(210, signals(question, logprob=-0.07))
@@ -116,8 +121,8 @@ def test_a_finished_telling_waits_longer_than_a_question_a_request_or_a_goodbye(
     detector = TurnDetector(complete_ms=350, default_ms=600, incomplete_ms=2000, confident_ms=200, telling_ms=1800)
     assert detector.required_silence_ms(signals("Okay, well I think we're ready to begin.", logprob=-0.4)) == 1800
     assert detector.required_silence_ms(signals("That sounds good.", logprob=-3.1)) == 1800  # doubt never shortens
-    assert detector.required_silence_ms(signals("I'd like a table for four people.", logprob=-0.3)) == 350
-    assert detector.required_silence_ms(signals("Thank you. Goodbye.", logprob=-0.7)) == 350
+    assert detector.required_silence_ms(signals("I'd like a table for four people.", logprob=-2.0)) == 350
+    assert detector.required_silence_ms(signals("Thank you. Goodbye.", logprob=-1.5)) == 350
     assert detector.required_silence_ms(signals("Are you open tonight?")) == 350  # a question, the rules alone
     assert detector.required_silence_ms(signals("Are you open tonight?", logprob=-0.2)) == 200
     # "730." is a draw for the rules, not a finished telling: the no-hint silence.
@@ -137,7 +142,7 @@ def test_a_finished_telling_waits_longer_than_a_question_a_request_or_a_goodbye(
         ("and so my fellow Americans ask not what your country can do for you", 2000),  # no full stop: still a telling
         ("We will arrive at around 730.", 350),  # a time of day is whole
         ("We arrive at 7:30.", 350),
-        ("Please book it for 7.", 350),  # a request, not a telling
+        ("Please book it for 7.", 200),  # a request, not a telling: the LLM agrees it is over
     ],
 )
 def test_a_telling_waits_unless_it_ends_in_a_time_of_day(text, silence):

@@ -179,21 +179,26 @@ def _ends_in_a_time(transcript: str | None) -> bool:
     return transcript is not None and _TIME_OF_DAY.search(transcript) is not None
 
 
-def _is_question(transcript: str | None) -> bool:
-    return transcript is not None and transcript.rstrip().endswith("?")
+# What a user waits for the agent after: a greeting is often followed by the reason for the call.
+_WAITS_FOR_THE_AGENT = (SpeechAct.QUESTION, SpeechAct.REQUEST, SpeechAct.CLOSING)
 
 
 def signals_agree_it_is_over(signals: TurnSignals) -> bool:
-    """A question, or the answer to the agent's question, that no signal doubts, and at least two signals back.
+    """A question, a request or a goodbye, or the answer to the agent's question, that no signal doubts, and
+    at least two signals back.
 
-    A user who asks something is waiting for the answer; so is one who has
-    just answered what the agent asked for.
+    A user who asks for something or says goodbye is waiting for the agent;
+    so is one who has just answered what the agent asked for. None of the
+    real meeting turns' thinking pauses came after one of these that the LLM
+    called finished (docs/endpointing.md, "Turn signals").
     """
     if signals.transcript is None:
         return False
     if signals.answer is Completeness.COMPLETE:
         return True
-    if fused_completeness(signals) is not Completeness.COMPLETE or not _is_question(signals.transcript):
+    if fused_completeness(signals) is not Completeness.COMPLETE:
+        return False
+    if speech_act(signals.transcript) not in _WAITS_FOR_THE_AGENT:
         return False
     logprob, audio = signals.end_of_turn_logprob, signals.audio_end_probability
     if logprob is None and audio is None:

@@ -105,7 +105,9 @@ def test_the_turn_ends_sooner_only_when_the_signals_agree():
     assert detector.required_silence_ms(signals(request, logprob=-2.0)) == 350
     assert detector.required_silence_ms(signals("Thank you, goodbye.", logprob=-0.8)) == 200
     assert detector.required_silence_ms(signals("Can I bring my dog.", logprob=-0.2)) == 200  # a question said flat
-    assert detector.required_silence_ms(signals("Hello there.", logprob=-0.5)) == 350  # the reason for the call may follow
+    assert (
+        detector.required_silence_ms(signals("Hello there.", logprob=-0.5)) == 350
+    )  # the reason for the call may follow
     assert detector.required_silence_ms(signals("Yes.", logprob=-0.8, answer=Completeness.COMPLETE)) == 200
     assert detector.required_silence_ms(signals("I want to go to", logprob=-24.0)) == 2000
     assert detector.is_turn_over(210, signals(question, logprob=-0.07))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from voice_agent.conversation import Conversation, estimate_tokens, recent_history
+from voice_agent.conversation import Conversation, answers_kept, estimate_tokens, older_answers_left_out, recent_history
 
 
 class Prefills:
@@ -113,3 +113,42 @@ async def test_a_failing_prefill_is_only_logged(caplog):
     await asyncio.sleep(0.01)
     assert "prefilling the LLM cache failed" in caplog.text
     await c.close()
+
+
+def exchanges(n: int) -> list[dict]:
+    return [
+        m for i in range(n) for m in ({"role": "user", "content": f"q{i}"}, {"role": "assistant", "content": f"a{i}"})
+    ]
+
+
+def test_only_the_last_answers_kept_stay_in_the_prompt_with_every_user_message():
+    c = Conversation(
+        "Be brief.", history_turns=8, context_tokens=2048, answer_tokens=120, prefill=Prefills(), answers_kept=1
+    )
+    c.history.extend(exchanges(3))
+    assert [m["content"] for m in c.messages_for("q3")[1:]] == ["q0", "q1", "q2", "a2", "q3"]
+    none = Conversation(
+        "Be brief.", history_turns=8, context_tokens=2048, answer_tokens=120, prefill=Prefills(), answers_kept=0
+    )
+    none.history.extend(exchanges(2))
+    assert [m["content"] for m in none.messages_for("q2")[1:]] == ["q0", "q1", "q2"]
+
+
+def test_a_tool_call_stays_with_its_result_when_older_answers_go():
+    call = {
+        "role": "assistant",
+        "content": "",
+        "tool_calls": [{"id": "1", "function": {"name": "f", "arguments": "{}"}}],
+    }
+    result = {"role": "tool", "tool_call_id": "1", "content": "42"}
+    window = [{"role": "user", "content": "q0"}, call, result, {"role": "assistant", "content": "a0"}, *exchanges(1)]
+    assert older_answers_left_out(window, 1) == [window[0], call, result, *exchanges(1)]
+
+
+def test_only_the_embedded_model_keeps_one_answer_by_default():
+    from voice_agent.config import Settings
+
+    assert answers_kept(Settings()) == 1
+    assert answers_kept(Settings(llm_model="/models/llama.gguf")) is None
+    assert answers_kept(Settings(llm="vllm")) is None
+    assert answers_kept(Settings(history_answers=3)) == 3

@@ -5,6 +5,8 @@ The window is bounded twice:
 
 - by exchanges: at most ``history_turns`` (user, assistant) pairs, moving in
   steps (see :func:`recent_history`);
+- by the agent's own answers: only the last ``answers_kept`` of them, when
+  set; the user's words and tool calls stay (see :func:`older_answers_left_out`);
 - by tokens: system prompt, window, question and the answer's
   ``answer_tokens`` must fit in ``context_tokens`` (``--llm-context``). Tokens
   are estimated, not counted: a quarter of the characters, rounded up, plus
@@ -55,10 +57,12 @@ class Conversation:
         answer_tokens: int,
         prefill: Callable[[list[Message]], Awaitable[None]],
         session_id: str = "",
+        answers_kept: int | None = None,
     ):
         self.system_prompt = system_prompt
         self.history: list[Message] = []
         self._history_turns = history_turns
+        self._answers_kept = answers_kept
         self._context_tokens = context_tokens
         self._answer_tokens = answer_tokens
         self._prefill = prefill
@@ -76,13 +80,17 @@ class Conversation:
             answer_tokens=settings.llm_max_tokens,
             prefill=prefill,
             session_id=session_id,
+            answers_kept=answers_kept(settings),
         )
 
     def prompt_prefix(self, question_tokens: int = 0, system_prompt: str | None = None) -> list[Message]:
         """The system prompt (this session's unless given) and the history a question of ``question_tokens`` follows."""
         system = [{"role": "system", "content": self.system_prompt if system_prompt is None else system_prompt}]
         budget = self._context_tokens - self._answer_tokens - question_tokens - estimate_tokens(system)
-        return [*system, *recent_history(self.history, self._history_turns, budget)]
+        window = recent_history(self.history, self._history_turns, budget)
+        if self._answers_kept is not None:
+            window = older_answers_left_out(window, self._answers_kept)
+        return [*system, *window]
 
     def messages_for(self, text: str, system_prompt: str | None = None) -> list[Message]:
         """The whole prompt for the user's ``text``; with no text, the prompt for an answer nobody asked for."""
@@ -172,3 +180,26 @@ def recent_history(history: list[Message], turns: int, budget_tokens: int | None
         dropped = min(exchanges, dropped + step)
         kept = history[starts[dropped] :] if dropped < exchanges else []
     return kept
+
+
+def answers_kept(settings: Settings) -> int | None:
+    """``--history-answers``: how many of the agent's answers the prompt keeps; None for all."""
+    if settings.history_answers >= 0:
+        return settings.history_answers
+    embedded = settings.llm == "llamacpp" and not settings.llm_model
+    return 1 if embedded else None
+
+
+def older_answers_left_out(window: list[Message], kept: int) -> list[Message]:
+    """``window`` without the agent's answers but its last ``kept``.
+
+    An answer is an assistant message without tool calls: a tool call stays
+    with its result, which a chat template will not take alone. The prompt
+    stays a prefix of the next one but for the answer that drops out, which
+    the next prefill evaluates from, before the user speaks again.
+    """
+    answers = [
+        i for i, message in enumerate(window) if message["role"] == "assistant" and not message.get("tool_calls")
+    ]
+    dropped = set(answers[: max(0, len(answers) - kept)])
+    return [message for i, message in enumerate(window) if i not in dropped]

@@ -66,6 +66,8 @@ def problems(settings: Settings) -> list[str]:
     ):
         if getattr(s, name) < 0:
             found.append(f"{_flag(name)} must not be negative; got {getattr(s, name)}")
+    if s.history_answers < -1:
+        found.append(f"{_flag('history_answers')} must be -1 (by model) or more; got {s.history_answers}")
     if s.tts_voice:
         found += _missing_file("--tts-voice", s.tts_voice)
         found += _missing_file("--tts-voice", s.tts_voice + ".json", "its .onnx.json config beside it")

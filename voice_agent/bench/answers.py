@@ -303,9 +303,13 @@ class _RecordingTTS:
             yield np.zeros(RATE // 50, dtype=np.float32)  # one frame: the pacer has something to send
 
 
-async def answer_one(llm: Any, setting: AnswerSetting, question: str, settings: Settings) -> dict:
+async def answer_one(
+    llm: Any, setting: AnswerSetting, question: str, settings: Settings, messages: list[Message] | None = None
+) -> dict:
+    """``question`` answered through the reply path; ``messages``: the whole prompt, when not the question alone."""
     recorder, tts = _RecordingLLM(llm), _RecordingTTS()
-    messages = [{"role": "system", "content": setting.system_prompt}, {"role": "user", "content": question}]
+    if messages is None:
+        messages = [{"role": "system", "content": setting.system_prompt}, {"role": "user", "content": question}]
     reply = Reply(
         llm=recorder,  # type: ignore[arg-type]  # a Reply only streams from its LLM
         tts=tts,  # type: ignore[arg-type]  # and only synthesizes with its TTS

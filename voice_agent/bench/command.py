@@ -15,7 +15,7 @@ import shlex
 import sys
 
 # Every benchmark ``voice-agent bench`` offers, in the order its help lists them.
-BENCHMARKS = ("latency", "load", "endpointing", "bargein", "answers")
+BENCHMARKS = ("latency", "load", "endpointing", "bargein", "answers", "conversations")
 EXIT_ERROR = 2
 
 

@@ -145,10 +145,10 @@ def test_a_tool_call_stays_with_its_result_when_older_answers_go():
     assert older_answers_left_out(window, 1) == [window[0], call, result, *exchanges(1)]
 
 
-def test_only_the_embedded_model_keeps_one_answer_by_default():
+def test_only_the_embedded_model_leaves_its_answers_out_by_default():
     from voice_agent.config import Settings
 
-    assert answers_kept(Settings()) == 1
+    assert answers_kept(Settings()) == 0
     assert answers_kept(Settings(llm_model="/models/llama.gguf")) is None
     assert answers_kept(Settings(llm="vllm")) is None
     assert answers_kept(Settings(history_answers=3)) == 3

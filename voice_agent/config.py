@@ -266,13 +266,14 @@ class Settings:
         "llm",
     )
     history_turns: int = _opt(8, "User/agent exchanges kept in the prompt.", "llm")
-    # The embedded SmolLM2-135M copies the answers it sees in its prompt: over three scripted
-    # conversations of 25 turns, 16 first sentences were near copies of an earlier one with
-    # every answer kept, 7 with only the last (docs/answers.md, "Across turns").
+    # The embedded SmolLM2-135M copies the answers it sees in its prompt: over five scripted
+    # conversations (41 turns) 22 first sentences were near copies of an earlier one with every
+    # answer kept, 6 with the last, 4 with none; and with the last one kept, the latency
+    # benchmark's sessions said one answer again and again (docs/answers.md, "Across turns").
     history_answers: int = _opt(
         -1,
         "The agent's own answers kept in the prompt, the most recent ones; the user's words and tool calls "
-        "all stay. -1: 1 with the embedded SmolLM2, which copies its earlier answers, all with any other model.",
+        "all stay. -1: none with the embedded SmolLM2, which copies its earlier answers, all with any other model.",
         "llm",
     )
 

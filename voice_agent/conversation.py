@@ -187,7 +187,7 @@ def answers_kept(settings: Settings) -> int | None:
     if settings.history_answers >= 0:
         return settings.history_answers
     embedded = settings.llm == "llamacpp" and not settings.llm_model
-    return 1 if embedded else None
+    return 0 if embedded else None
 
 
 def older_answers_left_out(window: list[Message], kept: int) -> list[Message]:

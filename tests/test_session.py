@@ -149,6 +149,7 @@ class Harness:
             first_chunk_min_words=3,
             reply_grace_ms=0,  # the graceful way out has tests of its own
             answer_max_sentences=0,  # the scripted answers are long on purpose
+            history_answers=1000,  # the fake LLM is not the embedded SmolLM2: its answers stay in its prompt
         )
         self.settings = Settings(**{**defaults, **settings})
         self.events: list = []
@@ -737,4 +738,23 @@ async def test_the_echo_of_an_answers_last_words_is_not_a_user_turn():
     await h.feed(tone(0.4))
     await h.feed(quiet(0.5))
     await h.until(lambda: len(h.llm.requests) == 2)
+    await h.session.close()
+
+
+def held_replies() -> list[asyncio.Task]:
+    return [t for t in asyncio.all_tasks() if not t.done() and "Reply.run" in repr(t.get_coro())]
+
+
+async def test_an_answer_prepared_for_a_turn_that_gets_none_is_cancelled(monkeypatch):
+    h = Harness()
+    # Whatever made the turn none of the agent's business (a "yeah" over the agent, its own echo):
+    # the answer prepared in the turn's pause must not wait, held, until the garbage collector closes it.
+    monkeypatch.setattr(h.session.interruptions, "not_for_agent", lambda turn, text: True)
+    await h.feed(tone(0.5), realtime=False)
+    await h.feed(quiet(0.5))
+    await h.until(lambda: h.of(TurnCommitted))
+    assert h.llm.requests  # an answer was prepared in the pause
+    await asyncio.sleep(0.05)
+    assert held_replies() == []
+    assert h.of(AgentAudio) == []
     await h.session.close()

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import ctypes
+import faulthandler
+import io
 import os
 import socket
 import sys
@@ -85,6 +88,11 @@ def serve_command(settings: Settings) -> int:
     # the libraries load, so set before any engine is imported; an explicit setting wins.
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     cap_malloc_arenas()
+    # A crash inside a native engine (Whisper, llama.cpp, Piper, onnxruntime) kills the process with no
+    # Python traceback; this prints every thread's stack to stderr first, so the log says where it was.
+    # A stderr that is no file (an embedding host's, a test's capture) has nowhere to print it.
+    with contextlib.suppress(io.UnsupportedOperation, ValueError, AttributeError):
+        faulthandler.enable()
     import uvicorn
 
     from . import log

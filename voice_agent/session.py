@@ -229,6 +229,7 @@ class Session:
                 return  # the pending barge-in check decides, and commits the turn if it interrupts
             # Speech over the agent that never reached barge-in: a backchannel or noise.
             log.debug("session %s: ignoring %.0f ms of speech over the agent", self.id, turn.speech_ms)
+            turn.drop_prepared()
             self.reply.resume()
             return
         self.announce(turn)
@@ -251,10 +252,14 @@ class Session:
             log.exception("session %s: transcription failed", self.id)
             self.emit(Error("stt_failed", f"transcription failed: {type(exc).__name__}"))
             self._answer = None
+            turn.drop_prepared()
             self.say(APOLOGY)
             return
         if self.interruptions.not_for_agent(turn, text):
+            # An answer prepared in a pause of it waits, held, for a play that never comes: cancelled
+            # here, not left to the garbage collector, which would close it from whatever thread it runs in.
             self._answer = None
+            turn.drop_prepared()
             return
         self.emit(Transcript("user", text, final=True))
         if self.agent is not None:
@@ -262,6 +267,7 @@ class Session:
             self.agent.user_turn(text, (speech_start / PIPELINE_RATE, turn.last_speech / PIPELINE_RATE))
         if not self.control.turn_detection.create_response:
             self._answer = None
+            turn.drop_prepared()
             self.control.add_input(text)  # answered when the client asks for a response
             return
         if typed := self.control.take_ready_input():  # text the client added since the last answer comes first

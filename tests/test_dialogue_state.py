@@ -19,6 +19,9 @@ from voice_agent.turn import Completeness
         ("Do you want the pasta or the fish?", Expectation.OPEN),  # a choice, not a yes/no
         ("What would you like to drink?", Expectation.OPEN),
         ("We are open until ten tonight.", Expectation.OPEN),
+        ("You can bring your dog, but I'm not sure about the date.", Expectation.OPEN),  # tells, asks nothing
+        ("Tell me your phone number.", Expectation.PHONE),
+        ("Spell your last name for me.", Expectation.SPELLING),
         (
             "Would you like a table? We have one at eight. What name is it under?",
             Expectation.OPEN,
@@ -57,6 +60,8 @@ def test_what_the_agent_asked_for(agent, expected):
         (Expectation.SPELLING, "S-M-I-T-H.", Completeness.INCOMPLETE),  # another letter may follow
         (Expectation.SPELLING, "S-M-I-T-H, that's it.", Completeness.COMPLETE),
         (Expectation.OPEN, "Yes.", None),
+        (Expectation.DATE, "Do you have anything on Friday?", None),  # asked back: a whole question
+        (Expectation.PHONE, "Do you need the area code?", None),
         (Expectation.PHONE, None, None),
         (Expectation.PHONE, ".", None),
     ],
@@ -82,3 +87,13 @@ def test_whether_the_words_answer_it(expected, user, completeness):
 )
 def test_asks_for_answer(agent, asks):
     assert asks_for_answer(agent) is asks
+
+
+def test_a_question_after_an_agent_statement_that_names_a_date_is_answered_at_once():
+    from voice_agent.turn import TurnDetector, TurnSignals
+
+    agent = "You can bring your dog, but I'm not sure about the date."
+    user = "Do you have any vegetarian dishes?"
+    signals = TurnSignals(user, end_of_turn_logprob=-0.1, answer=answer_completeness(expectation(agent), user))
+    detector = TurnDetector(complete_ms=350, default_ms=600, incomplete_ms=2000, confident_ms=200, telling_ms=2000)
+    assert detector.required_silence_ms(signals) == 200  # it waited 2 s as an unfinished date

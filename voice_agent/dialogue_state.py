@@ -11,7 +11,7 @@ from __future__ import annotations
 import enum
 import re
 
-from .speech_act import sentences
+from .speech_act import SpeechAct, sentences, speech_act
 from .turn import LOCAL_NUMBER_DIGITS, Completeness
 
 
@@ -76,14 +76,23 @@ def expectation(agent_text: str | None) -> Expectation:
         return Expectation.OPEN
     said = sentences(agent_text.lower())
     questions = [s for s in said if s.endswith("?")]
-    # The last question counts; a request ("Please spell your name.") counts too if it is last.
-    last = questions[-1] if questions else said[-1] if said else ""
+    # The last question counts; a request ("Please spell your name.") counts too if it is last. A statement
+    # does not: "I'm not sure about the date." asks for nothing.
+    last = questions[-1] if questions else said[-1] if said and _asks_without_a_question(said[-1]) else ""
     for kind, pattern in _ASKS_FOR:
         if pattern.search(last):
             return kind
     if last.endswith("?") and _YES_NO_START.search(last) and not _CHOICE.search(last):
         return Expectation.YES_NO
     return Expectation.OPEN
+
+
+_SPELL_OUT = re.compile(r"^(?:now |so |and |okay,? )?(?:spell|enter|type)\b")
+
+
+def _asks_without_a_question(sentence: str) -> bool:
+    """A request for something: "Please spell your name.", "Tell me your number.", "Spell it for me."."""
+    return speech_act(sentence) is SpeechAct.REQUEST or _SPELL_OUT.search(sentence) is not None
 
 
 # "How can I help?" and "Anything else?" ask for a request, not for a value: the user's
@@ -105,6 +114,8 @@ def answer_completeness(expected: Expectation, user_text: str | None) -> Complet
     """Whether ``user_text`` looks like a whole answer to what was asked; None: no opinion."""
     if user_text is None or expected is Expectation.OPEN:
         return None
+    if user_text.rstrip().endswith("?"):
+        return None  # asked back ("Do you have anything on Friday?"): no answer, a question, whole as it is
     text = user_text.lower().strip()
     if not _WORD.search(text) and not any(c.isdigit() for c in text):
         return None

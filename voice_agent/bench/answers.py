@@ -394,9 +394,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--llm-model", default="", help="GGUF path; empty means the embedded SmolLM2.")
 
 
-def run(args: argparse.Namespace) -> int:
+def write_report(out: Path, name: str, report: dict, table: str) -> None:
+    """``NAME.json`` and ``NAME.md`` into ``out``; the table printed, and where the report is."""
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"{name}.json").write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    (out / f"{name}.md").write_text(table, encoding="utf-8")
+    print(table)
+    print(f"report: {out / f'{name}.json'}")
+
+
+def takes_server_options(args: argparse.Namespace) -> bool:
+    """Whether ``args`` hold options for a server, which an eval that runs the model in process refuses."""
     if getattr(args, "serve_args", None):
         print(f"unknown options {args.serve_args}: this eval runs the model in process, not a server", file=sys.stderr)
+        return True
+    return False
+
+
+def run(args: argparse.Namespace) -> int:
+    if takes_server_options(args):
         return 2
     candidates = candidate_settings()
     if args.list:
@@ -410,13 +426,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     questions = load_questions(args.questions_file, args.questions)
     report = asyncio.run(_run(args, [candidates[name] for name in names], questions))
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "answers.json").write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
-    table = markdown_table(report["results"])
-    (out / "answers.md").write_text(table, encoding="utf-8")
-    print(table)
-    print(f"report: {out / 'answers.json'}")
+    write_report(Path(args.out), "answers", report, markdown_table(report["results"]))
     missed = [result["setting"]["name"] for result in report["results"] if not result["summary"]["passes"]]
     if args.check and missed:
         print(f"missed the bar: {', '.join(missed)}", file=sys.stderr)

@@ -29,7 +29,7 @@ from typing import Any
 from ..config import Settings
 from ..conversation import Conversation
 from ..speech_act import sentences
-from .answers import AnswerSetting, answer_one, load_backend
+from .answers import AnswerSetting, answer_one, load_backend, takes_server_options, write_report
 
 CONVERSATIONS_FILE = "conversations.json"
 NEAR_COPY = 0.5  # shared share of distinct words (Jaccard) of two first sentences
@@ -102,19 +102,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    if getattr(args, "serve_args", None):
-        print(f"unknown options {args.serve_args}: this eval runs the model in process, not a server", file=sys.stderr)
+    if takes_server_options(args):
         return 2
     data = json.loads(resources.files(__package__).joinpath(CONVERSATIONS_FILE).read_text(encoding="utf-8"))
     conversations = data["conversations"][: args.conversations]
     report = asyncio.run(_run(args, parse_kept(args.history_answers), conversations))
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "conversations.json").write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
-    table = markdown_table(report["results"])
-    (out / "conversations.md").write_text(table, encoding="utf-8")
-    print(table)
-    print(f"report: {out / 'conversations.json'}")
+    write_report(Path(args.out), "conversations", report, markdown_table(report["results"]))
     return 0
 
 

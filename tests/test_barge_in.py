@@ -43,6 +43,8 @@ def test_without_backchannels_any_speech_past_the_minimum_interrupts():
         ("Mm-hm.", True),
         ("Okay.", True),
         ("I see.", True),
+        ("Thank you.", True),  # thanks for the answer, or Whisper's reading of a noise
+        ("Thanks, but I need the address.", False),
         ("", True),  # a cough or a door: no words
         ("N", True),  # Whisper's "Mm-hmm." after 250 ms
         ("Nm.", True),  # and its other spellings of the hum

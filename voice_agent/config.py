@@ -173,10 +173,12 @@ class Settings:
     )
     # Fillers too: alone, "uh" is what Whisper makes of a short "uh-huh"; a user who
     # goes on is checked again every 160 ms of speech, and stopped at --barge-in-force-ms.
+    # "Thank you" alone over an answer thanks it; it is also what Whisper reads into a
+    # door slam over the agent's echo (docs/endpointing.md, the echo rig).
     barge_in_backchannels: tuple[str, ...] = _opt(
         tuple(
             "yeah,yes,yep,yup,mm,mmm,mhm,mhmm,mmhmm,mm hm,mm hmm,hm,hmm,uh huh,okay,ok,right,sure,i see,got it,"
-            "cool,nice,wow,oh,ah,uh,um,er".split(",")
+            "cool,nice,wow,oh,ah,uh,um,er,thank you,thanks".split(",")
         ),
         "Comma-separated words that do not interrupt the agent when they are all the user said "
         "over it (checked with STT). Empty: any speech past --barge-in-min-speech-ms interrupts.",

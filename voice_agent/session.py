@@ -247,19 +247,24 @@ class Session:
 
     async def _respond(self, answer: Answer, turn: UserTurn, metrics: TurnMetrics) -> None:
         try:
+            await self._answer_turn(answer, turn, metrics)
+        finally:
+            # An answer prepared in a pause of the turn and not played waits, held, for a play that never
+            # comes: cancelled here, not left to the garbage collector, which would close it from whatever
+            # thread it runs in. One that played is done by now, and cancelling it does nothing.
+            turn.drop_prepared()
+
+    async def _answer_turn(self, answer: Answer, turn: UserTurn, metrics: TurnMetrics) -> None:
+        try:
             text = await turn.final_transcript(metrics)
         except Exception as exc:
             log.exception("session %s: transcription failed", self.id)
             self.emit(Error("stt_failed", f"transcription failed: {type(exc).__name__}"))
             self._answer = None
-            turn.drop_prepared()
             self.say(APOLOGY)
             return
         if self.interruptions.not_for_agent(turn, text):
-            # An answer prepared in a pause of it waits, held, for a play that never comes: cancelled
-            # here, not left to the garbage collector, which would close it from whatever thread it runs in.
             self._answer = None
-            turn.drop_prepared()
             return
         self.emit(Transcript("user", text, final=True))
         if self.agent is not None:
@@ -267,7 +272,6 @@ class Session:
             self.agent.user_turn(text, (speech_start / PIPELINE_RATE, turn.last_speech / PIPELINE_RATE))
         if not self.control.turn_detection.create_response:
             self._answer = None
-            turn.drop_prepared()
             self.control.add_input(text)  # answered when the client asks for a response
             return
         if typed := self.control.take_ready_input():  # text the client added since the last answer comes first
@@ -277,7 +281,7 @@ class Session:
             reply, running = prepared
             metrics.preemptive = True
         else:
-            turn.drop_prepared()
+            turn.drop_prepared()  # now, not after: its LLM instance answers this one
             reply = self.replies.new(turn.id, text, self.engines.llm, self.conversation.messages_for(text), metrics)
             running = asyncio.create_task(reply.run())
         await self.play(answer, reply, running)

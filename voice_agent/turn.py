@@ -16,7 +16,7 @@ import re
 from dataclasses import dataclass
 
 from .pause_habit import PauseHabit
-from .speech_act import SpeechAct, speech_act
+from .speech_act import SpeechAct, hands_over, speech_act
 
 # Words after which a speaker almost always goes on, even when Whisper has
 # already put a full stop after them ("I'd like a table for."). Whisper writes
@@ -250,7 +250,7 @@ class TurnDetector:
         an address or a number begun as a telling finished.
         """
         text = signals.transcript
-        if signals.agent_asked or not has_words(text) or speech_act(text) is not SpeechAct.TELLING:
+        if signals.agent_asked or not has_words(text) or hands_over(speech_act(text)):
             return False
         return not _ends_in_a_time(text)
 

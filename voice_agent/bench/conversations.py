@@ -19,7 +19,6 @@ import asyncio
 import json
 import os
 import platform
-import re
 import sys
 import time
 from importlib import resources
@@ -28,6 +27,7 @@ from typing import Any
 
 from ..config import Settings
 from ..conversation import Conversation
+from ..repetition import spoken_words
 from ..speech_act import sentences
 from .answers import AnswerSetting, answer_one, load_backend, takes_server_options, write_report
 
@@ -37,7 +37,7 @@ NEAR_COPY = 0.5  # shared share of distinct words (Jaccard) of two first sentenc
 
 def first_sentence_words(text: str) -> set[str]:
     said = sentences(text)
-    return set(re.findall(r"[\w']+", said[0].lower())) if said else set()
+    return set(spoken_words(said[0])) if said else set()
 
 
 def copies_of(earlier: list[str], answer: str) -> tuple[bool, bool]:

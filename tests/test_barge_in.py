@@ -64,6 +64,27 @@ def test_what_counts_as_an_acknowledgement(text, acknowledgement):
 
 
 @pytest.mark.parametrize(
+    "text, lone",
+    [
+        ("Out", True),  # Whisper's reading of an "uh-huh" over the echo
+        ("down.", True),
+        ("I'm", True),
+        ("Wait.", False),  # words that stop a speaker on their own
+        ("No!", False),
+        ("Hold", False),
+        ("Sorry...", False),
+        ("Actually", False),
+        ("cancelled.", False),  # Whisper's "Cancel that" over the echo
+        ("now", True),  # "no" stops a speaker; "now" alone does not
+        ("That's it.", False),
+        ("", False),
+    ],
+)
+def test_a_lone_word_is_one_that_does_not_stop_a_speaker_alone(text, lone):
+    assert BargeInPolicy.is_lone_word(text) is lone
+
+
+@pytest.mark.parametrize(
     "speech_ms, checked_ms, checking, expected",
     [
         (150, 0, False, BargeIn.NONE),  # its own voice came back before: no pause for it

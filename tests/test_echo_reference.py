@@ -13,6 +13,7 @@ from tests.test_session import Harness, quiet, tone
 from voice_agent.echo_reference import INPUT_SAMPLES, EchoReference
 from voice_agent.protocols.events import AgentAudio, AudioReceived, Clear
 from voice_agent.replay.echo import Echo, EchoPath
+from voice_agent.user_turn import UserTurn
 
 RATE = 16000
 FRAME = 320  # the pacer's 20 ms frames
@@ -272,4 +273,64 @@ async def test_an_acknowledgement_over_the_echo_is_heard_without_the_echo(monkey
     await loudspeaker.talk_over(1.0)  # the echo alone again
     assert h.of(Clear) == []
     assert calls[-1:] in ([], ["resume"])  # it paused while the words were checked, at most
+    await h.session.close()
+
+
+class ScriptedSTT:
+    """Reads each check's audio as the next of ``readings``, the last one from then on."""
+
+    def __init__(self, *readings: str):
+        self.readings = list(readings)
+        self.calls = 0
+
+    async def transcribe(self, audio):
+        self.calls += 1
+        await asyncio.sleep(0.01)
+        return self.readings.pop(0) if len(self.readings) > 1 else self.readings[0]
+
+
+@pytest.mark.wallclock
+async def test_one_word_over_the_echo_waits_for_more_speech(monkeypatch):
+    # "Out" is what Whisper read into an "uh-huh" over the echo (scripts/bargein_eval).
+    h, loudspeaker = await answering(monkeypatch, barge_in_force_ms=900)
+    h.session.engines.stt = stt = ScriptedSTT("Out")
+    await loudspeaker.talk_over(1.2)
+    await loudspeaker.talk_over(1.0, user=voice(5, 0.4, level=0.6))
+    assert stt.calls
+    await loudspeaker.talk_over(1.0)
+    assert h.of(Clear) == []
+    await h.session.close()
+
+
+@pytest.mark.wallclock
+async def test_a_user_who_goes_on_after_one_word_over_the_echo_stops_the_agent(monkeypatch):
+    h, loudspeaker = await answering(monkeypatch, barge_in_force_ms=900)
+    h.session.engines.stt = ScriptedSTT("Out", "Out of the fish, I want the soup.")
+    await loudspeaker.talk_over(1.2)
+    await loudspeaker.talk_over(1.5, user=voice(5, 1.2, level=0.6))
+    assert h.of(Clear)
+    await h.session.close()
+
+
+@pytest.mark.wallclock
+async def test_a_turn_that_began_over_the_echo_is_transcribed_without_it(monkeypatch):
+    # Committed once the answer ended, such a turn was answered as words garbled from the echo.
+    h, loudspeaker = await answering(monkeypatch, barge_in_force_ms=100_000)
+    h.session.engines.stt = EchoReadingSTT()
+    await loudspeaker.talk_over(1.2)
+    timeline = h.session.listener.timeline
+
+    def turn_of_the_last(seconds: float) -> UserTurn:
+        end = timeline.received
+        start = end - int(seconds * RATE)
+        return UserTurn(7, start, end, speech_ms=seconds * 1000, over_agent=True, timeline=timeline, stt=h.stt)
+
+    interruptions = h.session.interruptions
+    assert await interruptions.words_without_echo(turn_of_the_last(0.8), "Okay now.") == ""  # the echo alone
+    await loudspeaker.talk_over(0.5, user=voice(5, 0.4, level=0.6))
+    # From 0.4 s of the echo alone before the user's sound: EchoReadingSTT reads it as "Okay now."
+    assert await interruptions.words_without_echo(turn_of_the_last(0.9), "Okay now. Yeah.") == "Yeah."
+    not_over = turn_of_the_last(0.9)
+    not_over.over_agent = False
+    assert await interruptions.words_without_echo(not_over, "Okay now. Yeah.") == "Okay now. Yeah."
     await h.session.close()

@@ -15,10 +15,19 @@ import re
 from collections.abc import Iterable
 
 from .config import Settings
-from .echo import ECHO_SHARE, is_echo, timed_words
+from .echo import ECHO_SHARE, is_echo, timed_words, words_of
 
 BARGE_RECHECK_MS = 160  # more overlapping speech since the last check: look again
 
+
+# Words that stop a speaker on their own. Over the agent's echo, Whisper reads a
+# noise, or what is left of the echo, as a single word ("out", "down", "but", "you"
+# in scripts/bargein_eval's echo rig); any other lone word waits for more speech.
+# A word that begins with one of four letters or more counts too: "cancelled", "stopping".
+STOP_WORDS = frozenset(
+    """wait stop no nope hold hang sorry pardon excuse hey what cancel enough quiet actually listen
+    hello repeat again""".split()
+)
 
 _VOWEL = re.compile(r"[aeiouy]")
 _HUM = re.compile(r"[mnh]{2,}[aeiou]?")  # Whisper's spellings of "mm-hmm": "NMO", "NMA" ("no" is a word)
@@ -87,6 +96,15 @@ class BargeInPolicy:
         overlapping speech lasts; ``share`` of the heard words must be the agent's.
         """
         return is_echo(heard, timed_words(chunks), playing_s - spoken_s, playing_s, share)
+
+    @staticmethod
+    def is_lone_word(text: str) -> bool:
+        """One word that does not stop a speaker on its own (:data:`STOP_WORDS`)."""
+        words = words_of(text)
+        if len(words) != 1:
+            return False
+        word = words[0]
+        return not any(word == stop or (len(stop) >= 4 and word.startswith(stop)) for stop in STOP_WORDS)
 
     def is_backchannel(self, text: str) -> bool:
         """Only acknowledgement words, or no words at all (a cough, a door).

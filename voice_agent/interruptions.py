@@ -19,7 +19,7 @@ import numpy as np
 from . import log as logs
 from .audio import PIPELINE_RATE
 from .barge_in import BargeIn, BargeInPolicy
-from .echo import WHOLE_ECHO_SHARE, others_words, timed_words
+from .echo import ECHO_SHARE, WHOLE_ECHO_SHARE, others_words, timed_words, words_of
 from .echo_reference import INPUT_SAMPLES as ECHO_INPUT_SAMPLES
 from .echo_reference import EchoReference
 from .echo_suppression import FIT_S, suppress_echo
@@ -52,6 +52,11 @@ def speech_only(audio: np.ndarray, speech: np.ndarray) -> np.ndarray | None:
     gated = audio.copy()
     gated[: len(mask)] *= mask
     return gated
+
+
+def _speech_end(turn: UserTurn, speech: np.ndarray) -> int:
+    """The sample just past the last of ``speech``'s windows, counted from ``turn``'s start; 0 for none."""
+    return turn.start + (int(np.flatnonzero(speech)[-1]) + 1) * WINDOW if speech.any() else 0
 
 
 def timed_chunks(reply: Reply) -> list[tuple[str, float, float]]:
@@ -138,6 +143,8 @@ class Interruptions:
             cleaned, speech = echo[0], np.ones(len(echo[0]) // WINDOW, bool)  # unknown: treat as speech
         if cleaned is None or session.reply is not reply or session.listener.turn is not turn:
             return  # no speech; or the answer, or the turn, ended meanwhile: the resume is behind us
+        if self._judged.get(turn.id, -1) >= _speech_end(turn, speech):
+            return  # the words were judged no interruption, and none came since: the agent goes on
         # Whatever the words, but only for that much speech once the echo is out (a hiss over it lasts long).
         if action is BargeIn.INTERRUPT and speech.sum() * WINDOW_MS >= self.policy.force_ms:
             self._yield_to(turn, "")
@@ -179,7 +186,7 @@ class Interruptions:
                 # The agent's echo under the user's sound: Whisper reads its words into it ("Okay now." for a
                 # "yeah" over "... right now"), and the VAD hears speech in a cough over it.
                 cleaned, speech = await asyncio.to_thread(self._speech_without_echo, *echo)
-                heard_until = turn.start + (int(np.flatnonzero(speech)[-1]) + 1) * WINDOW if speech.any() else 0
+                heard_until = _speech_end(turn, speech)
                 if cleaned is None or self._judged.get(turn.id, -1) >= heard_until:
                     # No speech; or none since words already judged no interruption (the echo after a "yeah"
                     # keeps the turn going, and each new reading of the same "yeah" could go wrong).
@@ -189,14 +196,21 @@ class Interruptions:
                     return
                 audio = cleaned
             text = await session.engines.stt.transcribe(audio)
+            log.log(
+                logs.words_level(),
+                "session %s: barge-in check after %.0f ms of speech, %s: %r",
+                session.id,
+                turn.speech_ms,
+                "no echo path" if echo is None else f"echo out at lag {echo[2]}",
+                text,
+            )
         except Exception:
             log.exception("session %s: barge-in transcription failed", session.id)
             text = "?"  # unknown words: treat as speech
         reply = session.reply
         if reply is None:
             return
-        # Once the echo is out, words the agent also says ("No.", "Sorry") are the user's.
-        if session.settings.barge_in_ignore_echo and echo is None and self._is_own_voice(turn, text, reply):
+        if session.settings.barge_in_ignore_echo and self._is_own_voice(turn, text, reply, echo_out=echo is not None):
             log.log(logs.words_level(), "session %s: the agent's own voice: %r", session.id, text)
             self.echo_heard = True
             self._judged = {turn.id: heard_until}
@@ -207,9 +221,33 @@ class Interruptions:
             self._judged = {turn.id: heard_until}
             reply.resume()
             return
+        if echo is not None and self.policy.is_lone_word(text):
+            # Judged again once more speech comes, still paused: a user who goes on has stopped the agent
+            # already. If none comes, the next check or the turn's end resumes it.
+            log.log(
+                logs.words_level(), "session %s: one word over the echo, not yet an interruption: %r", session.id, text
+            )
+            self._judged = {turn.id: heard_until}
+            return
         self._yield_to(turn, text)
         if session.listener.turn is not turn:
             session.commit(turn)  # it ended while we listened: answer it now that the agent is quiet
+
+    async def words_without_echo(self, turn: UserTurn, text: str) -> str:
+        """The words of committed ``turn`` with the agent's echo out of its audio, for a turn that began over
+        the agent and never interrupted it; ``text``, its transcript, when no echo can be in it.
+
+        Such a turn's transcript holds the echo's words, garbled past matching them ("goes in and m with"
+        for a "mm-hmm" over "... goes well with fish"): answered, the agent talks to itself.
+        """
+        if not turn.over_agent or (echo := self._echo_over(turn)) is None:
+            return text
+        try:
+            cleaned, _ = await asyncio.to_thread(self._speech_without_echo, *echo)
+            return "" if cleaned is None else await self._session.engines.stt.transcribe(cleaned)
+        except Exception:
+            log.exception("session %s: transcribing without the echo failed", self._session.id)
+            return text
 
     def not_for_agent(self, turn: UserTurn, text: str) -> bool:
         """Whether committed ``turn`` is none of the agent's business: no words, a backchannel over it, its own voice."""
@@ -246,9 +284,15 @@ class Interruptions:
         spoken_s = (turn.last_speech - turn.start) / PIPELINE_RATE
         return others_words(text, timed_words(timed_chunks(reply)), playing_s - spoken_s, playing_s)
 
-    def _is_own_voice(self, turn: UserTurn, text: str, reply: Reply) -> bool:
+    def _is_own_voice(self, turn: UserTurn, text: str, reply: Reply, echo_out: bool) -> bool:
+        """Whether ``text`` heard over ``reply`` is its own voice. Once the echo is out (``echo_out``), what
+        is left of it (the path's lag found wrong) must be two words or more, all the agent's: a user's
+        "No." or "Sorry" is a word the agent also says."""
+        if echo_out and len(words_of(text)) < 2:
+            return False
         spoken_s = (turn.last_speech - turn.start) / PIPELINE_RATE
-        return self.policy.is_own_voice(text, timed_chunks(reply), reply.heard_s(), spoken_s)
+        share = WHOLE_ECHO_SHARE if echo_out else ECHO_SHARE
+        return self.policy.is_own_voice(text, timed_chunks(reply), reply.heard_s(), spoken_s, share)
 
     def _yield_to(self, turn: UserTurn, text: str) -> None:
         session = self._session

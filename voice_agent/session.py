@@ -263,6 +263,7 @@ class Session:
             self._answer = None
             self.say(APOLOGY)
             return
+        text = await self.interruptions.words_without_echo(turn, text)
         if self.interruptions.not_for_agent(turn, text):
             self._answer = None
             return

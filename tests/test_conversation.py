@@ -99,8 +99,20 @@ async def test_remembering_an_exchange_prefills_the_next_prompt():
         {"role": "user", "content": "Hi"},
         {"role": "assistant", "content": "How can I help?"},
     ]
-    # One prefill at a time; it reads the history when it runs.
-    assert prefills.calls == [[{"role": "system", "content": "Be brief."}, *c.history]]
+    # One prefill at a time; it reads the history when it runs, and ends where the next user's words go.
+    no_words_yet = {"role": "user", "content": ""}
+    assert prefills.calls == [[{"role": "system", "content": "Be brief."}, *c.history, no_words_yet]]
+    await c.close()
+
+
+async def test_the_users_words_so_far_are_prefilled_after_the_history():
+    prefills = Prefills()
+    c = conversation(prefill=prefills)
+    c.history.extend([{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello!"}])
+    c.prefill_question("Do you have any")
+    c.prefill_question("Do you have any vegetarian")  # skipped: the one before still runs
+    await asyncio.sleep(0)
+    assert prefills.calls == [[*c.messages_for("x")[:-1], {"role": "user", "content": "Do you have any"}]]
     await c.close()
 
 

@@ -42,6 +42,9 @@ class Floor:
     def user_speaks(self, turn):
         pass
 
+    def user_partial(self, turn, transcript):
+        pass
+
     def user_pauses(self, turn, transcript, stt_ms):
         self.calls.append(("pause", transcript))
 

@@ -111,6 +111,21 @@ async def test_an_answer_waits_for_the_instance_that_is_prefilling_its_prompt(po
     assert counts[used[0]][0] > 100 and max(counts[used[0]][1:]) < 20
 
 
+async def test_the_users_words_so_far_are_prefilled_and_the_answer_goes_on_from_them(pool):
+    counts = record_evaluations(pool)
+    await pool.prefill([*HISTORY, {"role": "user", "content": ""}])  # between turns
+    await pool.prefill([*HISTORY, {"role": "user", "content": "And what about tomorrow"}])  # a partial transcript
+    [instance] = {i for i, calls in enumerate(counts) if calls}
+    assert counts[instance][-1] < 10  # only the words: the history was in already
+    for calls in counts:
+        calls.clear()
+    messages = [*HISTORY, {"role": "user", "content": "And what about tomorrow morning in Paris?"}]
+    assert await pool.end_of_turn_logprob(messages, answering=False) is not None
+    # The same instance, from the words so far: the new words and the template's end.
+    assert counts[instance] and counts[instance][0] < 12
+    assert not counts[1 - instance]
+
+
 async def test_prefill_keeps_an_instance_free_for_answers(llm):
     counts = record_evaluations(llm)  # one instance only
     await llm.prefill(HISTORY)
@@ -136,7 +151,8 @@ async def test_end_of_turn_logprob_tells_a_broken_off_sentence_from_a_finished_q
 async def test_end_of_turn_logprob_evaluates_only_new_words_and_prepares_the_answer(pool):
     counts = record_evaluations(pool)
     await pool.prefill(HISTORY)
-    [instance] = [i for i, calls in enumerate(counts) if calls]
+    # The instance holding the history: it may have had it from an earlier test, and evaluated nothing now.
+    instance = max((0, 1), key=lambda i: pool._instances[i].shared_prefix(HISTORY))
     for calls in counts:
         calls.clear()
     messages = [*HISTORY, {"role": "user", "content": "And what about tomorrow morning"}]

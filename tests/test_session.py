@@ -194,9 +194,14 @@ async def test_a_turn_gets_a_spoken_answer_and_enters_history():
         {"role": "assistant", "content": "One two three. Four five six seven eight nine ten."},
     ]
     assert h.llm.closed == 1 and h.llm.finished == 1
-    # The next prompt's beginning goes to the LLM's cache while the user speaks again.
-    await h.until(lambda: h.llm.prefilled)
-    assert h.llm.prefilled == [[{"role": "system", "content": h.settings.system_prompt}, *h.session.history]]
+    # The partial transcript's words went to the LLM's cache as the user spoke; after the answer, the next
+    # prompt's beginning goes, up to where the user's next words will go.
+    await h.until(lambda: len(h.llm.prefilled) == 2)
+    system = {"role": "system", "content": h.settings.system_prompt}
+    assert h.llm.prefilled == [
+        [system, h.session.history[0]],
+        [system, *h.session.history, {"role": "user", "content": ""}],
+    ]
     await h.session.close()
 
 
@@ -522,6 +527,28 @@ async def test_a_stale_partial_does_not_end_the_turn_before_the_words_are_in():
     await h.feed(quiet(0.6))
     await h.until(lambda: h.finals("user"))
     assert h.finals("user") == ["We arrive on"]
+    await h.session.close()
+
+
+async def test_the_words_so_far_go_to_the_llms_cache_while_the_user_speaks():
+    h = Harness(preemptive_generation=False)
+    h.stt.text = "We arrive on"
+    await h.feed(tone(0.7))
+    assert [e.text for e in h.of(Transcript) if not e.final] == ["We arrive on"]
+    await h.until(lambda: h.llm.prefilled)
+    assert h.llm.prefilled[-1][0]["role"] == "system"
+    assert h.llm.prefilled[-1][-1] == {"role": "user", "content": "We arrive on"}
+    await h.session.close()
+
+
+async def test_a_partial_that_comes_after_the_user_paused_is_not_prefilled():
+    h = Harness(preemptive_generation=False)
+    h.stt.delay = 0.15  # the partial comes in after the pause began
+    h.stt.text = "We arrive on"
+    await h.feed(tone(0.55))
+    await h.feed(quiet(0.4))
+    assert [e.text for e in h.of(Transcript) if e.role == "user" and not e.final] == ["We arrive on"]
+    assert h.llm.prefilled == []
     await h.session.close()
 
 

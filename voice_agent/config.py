@@ -260,7 +260,11 @@ class Settings:
     # a descheduled thread: 17.2 ms a token with 2 threads, 12.3 with 1, while
     # Whisper took 208 ms beside the 2-thread generation and 168 beside the 1-thread one.
     llm_threads: int = _opt(1, "CPU threads per llama.cpp generation while it generates tokens.", "llm")
-    llm_prompt_threads: int = _opt(2, "CPU threads per llama.cpp generation while it evaluates the prompt.", "llm")
+    # Small batches (the user's last words and the template's end, under llamacpp.ONE_THREAD_BATCH
+    # tokens) evaluate on one thread whatever this says: with passive waits, a second thread is slower there.
+    llm_prompt_threads: int = _opt(
+        2, "CPU threads per llama.cpp generation while it evaluates a long prompt (32 tokens or more).", "llm"
+    )
     llm_context: int = _opt(2048, "Context length in tokens (llama.cpp n_ctx, vLLM max_model_len).", "llm")
     llm_instances: int = _opt(
         2,

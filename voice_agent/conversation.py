@@ -17,7 +17,9 @@ The window is bounded twice:
   (where a question usually is), with a warning in the log.
 
 Between answers the system prompt and window go to the LLM's cache
-(:meth:`LLMBackend.prefill`), so the next answer only evaluates the question.
+(:meth:`LLMBackend.prefill`), and while the user speaks the words of each
+partial transcript after them, so the next answer only evaluates the words
+that came last.
 """
 
 from __future__ import annotations
@@ -127,9 +129,16 @@ class Conversation:
         if self._prefilling is None or self._prefilling.done():
             self._prefilling = asyncio.create_task(self._prefill_next_prompt())
 
-    async def _prefill_next_prompt(self) -> None:
+    def prefill_question(self, words: str) -> None:
+        """The user's ``words`` so far (a partial transcript) to the LLM's cache, after the prompt's
+        beginning: the answer evaluates only what follows. Skipped while an earlier prefill runs."""
+        if self._prefilling is None or self._prefilling.done():
+            self._prefilling = asyncio.create_task(self._prefill_next_prompt(words))
+
+    async def _prefill_next_prompt(self, words: str = "") -> None:
+        question = {"role": "user", "content": self._fit_question(words, warn=False)}
         try:
-            await self._prefill(self.prompt_prefix())
+            await self._prefill([*self.prompt_prefix(estimate_tokens([question])), question])
         except Exception:  # only a hint: the next answer evaluates it instead
             log.exception("session %s: prefilling the LLM cache failed", self._id)
 

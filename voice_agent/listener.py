@@ -62,6 +62,10 @@ class TurnTaker(Protocol):
         """Another speech window of ``turn``."""
         ...
 
+    def user_partial(self, turn: UserTurn, transcript: str) -> None:
+        """A partial transcript of ``turn`` while the user speaks."""
+        ...
+
     def user_pauses(self, turn: UserTurn, transcript: str, stt_ms: float) -> None:
         """``turn``'s speculative final transcript is in, and the user is still silent."""
         ...
@@ -230,6 +234,7 @@ class Listener:
         if self.turn is turn and upto > turn.partial_upto and text:
             turn.partial_upto = upto
             self._emit(Transcript("user", text, final=False))
+            self._turn_taker.user_partial(turn, text)
 
     def _check_end_of_turn(self, turn: UserTurn, now: int, probability: float) -> None:
         silence_ms = (now - turn.last_speech) * 1000 / PIPELINE_RATE

@@ -155,6 +155,11 @@ class UserTurn:
         self.signals, self._signals_upto = None, -1
 
     @property
+    def pausing(self) -> bool:
+        """Whether the user has paused since the last speech: its final transcription has started."""
+        return self._speculative_upto == self.last_speech
+
+    @property
     def needs_signals(self) -> bool:
         """Whether the speculative transcript has no end-of-turn signals asked for yet."""
         return self._signals_upto != self._speculative_upto

@@ -55,8 +55,10 @@ class LLMBackend(Protocol):
     async def prefill(self, messages: list[Message]) -> None:
         """Make a later request that starts with ``messages`` quicker, if the backend can.
 
-        A hint, called with the system prompt and history between turns:
-        a backend without a cache to fill in advance returns at once.
+        A hint. ``messages`` end with the user's message as far as it is
+        known: empty between turns, after the system prompt and history; the
+        words so far while the user speaks. A backend without a cache to
+        fill in advance returns at once.
         """
         ...
 

@@ -39,6 +39,11 @@ log = logging.getLogger(__name__)
 # does not read (iterate_in_thread computes nothing past this).
 TOKENS_AHEAD = 1
 ANSWER_READINGS_KEPT = 16  # answers whose end-of-turn reading a turn's signals may still ask for
+# A batch this small evaluates on one thread. Under passive OpenMP waits (serve's default) a second
+# thread costs a wake-up at every operation's barrier: the user's last words and the template's end
+# took 41 ms for 8 tokens on one thread and 66 on two; 64 tokens took 193 ms on one and 164 on two.
+ONE_THREAD_BATCH = 32
+_MARK = "\ue000"  # a private-use character, in place of the user's words: the prompt's last one is it
 
 
 def _key(messages: list[Message]) -> tuple:
@@ -58,10 +63,15 @@ class _Instance:
     busy: bool = False
     prefilling: bool = False
 
-    def shared_prefix(self, messages: list[Message]) -> int:
+    def shared_prefix(self, messages: list[Message]) -> float:
+        """The messages this instance's cache shares with ``messages``, and, as a fraction, the share of
+        the first differing message it has of the same role: the user's words so far (:meth:`prefill`)."""
         count = 0
         for mine, theirs in zip(self.last_messages, messages):
             if mine != theirs:
+                if mine["role"] == theirs["role"]:
+                    common = os.path.commonprefix([mine["content"] or "", theirs["content"] or ""])
+                    return count + len(common) / (len(theirs["content"] or "") + 1)
                 break
             count += 1
         return count
@@ -262,11 +272,7 @@ class LlamaCppBackend:
         if last_word < 0 or last_word + 1 >= len(tokens) or tokens[: len(head)] != head:
             return None  # the words and the template's next token merge into one token: no boundary to read at
         # Keep the cached prefix; the last word is evaluated again, for its logits.
-        cached = 0
-        for mine, theirs in zip(llama._input_ids.tolist(), tokens[:last_word]):
-            if mine != theirs:
-                break
-            cached += 1
+        cached = _cached(llama, tokens[:last_word])
         logits = _decode(llama, tokens, cached, last_word)
         peak = logits.max()
         end_token = tokens[last_word + 1]
@@ -302,7 +308,11 @@ class LlamaCppBackend:
         the user listens or speaks, so the next answer evaluates only the new
         question: a stepped history window otherwise re-evaluates every kept
         exchange at the step (0.7 to 2 s on 2 cores with SmolLM2's long
-        answers). Only done while another instance stays idle for answers.
+        answers). Called again with the user's words so far as the last
+        message, while the user speaks: the answer then evaluates only the
+        words that came after, and the template's tokens (a prompt is
+        evaluated at 6 to 9 ms a token on 2 cores, hardly quicker in a batch
+        than one at a time). Only done while another instance stays idle for answers.
         """
         if self.idle_instances < 2:
             return
@@ -338,14 +348,27 @@ class LlamaCppBackend:
             if delta:
                 yield delta
 
-    @staticmethod
-    def _evaluate(llama, messages: list[Message]) -> None:
-        # The chat template renders ``messages`` as the next request will, up to
-        # the start of its user turn; the one generated token is the price of
-        # going through the same template code.
-        llama.create_chat_completion(
-            messages=[*messages, {"role": "user", "content": ""}], max_tokens=1, temperature=0.0
-        )
+    def _evaluate(self, llama, messages: list[Message]) -> None:
+        """Evaluate the prompt of ``messages`` into ``llama``'s cache up to the end of the last user message's
+        words (none appended after an assistant's or system message): where the next request, whose user goes
+        on from there, shares it."""
+        if not messages or messages[-1]["role"] != "user":
+            messages = [*messages, {"role": "user", "content": ""}]
+        words = messages[-1]["content"]
+        if llama.chat_format != "chat_template.default":
+            if not words:
+                # Rendered by the formatter the answer will use; the one generated token is the price.
+                llama.create_chat_completion(messages=messages, max_tokens=1, temperature=0.0)
+            return  # words with another formatter: where they end in its prompt is not known
+        # Where the words go in the template: rendered with a mark in their place.
+        prompt, add_bos = self._chat_prompt(llama, [*messages[:-1], {"role": "user", "content": _MARK}])
+        cut = prompt.rfind(_MARK)
+        if cut < 0:
+            return  # a template that rewrites the message
+        tokens = llama.tokenize((prompt[:cut] + words).encode(), add_bos=add_bos, special=True)
+        cached = _cached(llama, tokens)
+        if cached < len(tokens):
+            _decode(llama, tokens, cached, len(tokens) - 1)
 
     async def warm_up(self) -> None:
         async def one_answer() -> None:
@@ -372,6 +395,16 @@ class LlamaCppBackend:
         self._executor.shutdown(wait=False, cancel_futures=True)
 
 
+def _cached(llama, tokens: list[int]) -> int:
+    """How many of ``tokens``, from the first, ``llama``'s cache holds already."""
+    cached = 0
+    for mine, theirs in zip(llama._input_ids.tolist(), tokens):
+        if mine != theirs:
+            break
+        cached += 1
+    return cached
+
+
 def _decode(llama, tokens: list[int], cached: int, read_at: int) -> np.ndarray:
     """Evaluate ``tokens[cached:]`` after the ``cached`` tokens in ``llama``'s cache, as ``Llama.eval`` does,
     also keeping the logits at position ``read_at``; return those (float64).
@@ -380,10 +413,13 @@ def _decode(llama, tokens: list[int], cached: int, read_at: int) -> np.ndarray:
     ``logits_all``, at the cost of a vocabulary-sized row per token). The
     cache bookkeeping below is what ``Llama.eval`` does, so that
     ``create_chat_completion`` finds the prompt cached and samples from the
-    last position's logits at once.
+    last position's logits at once. Fewer than :data:`ONE_THREAD_BATCH` new
+    tokens are evaluated on one thread.
     """
-    from llama_cpp import llama_get_logits_ith
+    from llama_cpp import llama_get_logits_ith, llama_set_n_threads
 
+    if len(tokens) - cached < ONE_THREAD_BATCH:
+        llama_set_n_threads(llama.ctx, llama.n_threads, 1)
     llama.n_tokens = cached
     llama._ctx.kv_cache_seq_rm(-1, cached, -1)
     read: np.ndarray | None = None
@@ -399,5 +435,6 @@ def _decode(llama, tokens: list[int], cached: int, read_at: int) -> np.ndarray:
         llama.input_ids[start : start + len(batch)] = batch
         llama.n_tokens = start + len(batch)
     llama._requires_eval = False  # the last logits are live: the answer may sample from them
+    llama_set_n_threads(llama.ctx, llama.n_threads, llama.n_threads_batch)
     assert read is not None  # read_at >= cached, and < len(tokens)
     return read

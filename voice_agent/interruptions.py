@@ -111,12 +111,17 @@ class Interruptions:
         if answer.grace_taken:
             answer.grace_taken = False
             turn.may_withdraw = True
+        if turn.speech_ms < self.policy.min_speech_ms:
+            return
         checking = turn.barge_check is not None and not turn.barge_check.done()
-        echo_heard = self.echo_heard and not turn.may_withdraw
+        echo = self._echo_over(turn)
+        # Once the echo can be taken out of what is heard, its own voice leaves no speech to pause for: the
+        # agent falls silent for what is left at once, as in a session whose voice never came back. Without
+        # that, once its voice came back, the words decide before it falls silent (LISTEN).
+        echo_heard = self.echo_heard and echo is None and not turn.may_withdraw
         action = self.policy.decide(turn.speech_ms, turn.barge_checked_ms, checking, echo_heard)
         if action is BargeIn.NONE:
             return
-        echo = self._echo_over(turn)
         if action is not BargeIn.LISTEN:
             if echo is not None:
                 # The agent's echo is in what the VAD took for speech: act once it is out, if speech is left.

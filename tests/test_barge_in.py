@@ -56,6 +56,8 @@ def test_without_backchannels_any_speech_past_the_minimum_interrupts():
         ("Yeah, but what about Paris?", False),
         ("I see a problem.", False),
         ("Stop.", False),
+        ("Thank you for watching.", True),  # Whisper's reading of a door slam over the echo
+        ("Thanks for watching, but what about Paris?", False),
     ],
 )
 def test_what_counts_as_an_acknowledgement(text, acknowledgement):

@@ -29,6 +29,13 @@ STOP_WORDS = frozenset(
     hello repeat again""".split()
 )
 
+# What Whisper writes for a noise or near-silence, learnt from its training subtitles: no one's words.
+# "Thank you for watching." was its reading of a door slam over the echo (scripts/bargein_eval).
+_HALLUCINATIONS = re.compile(
+    r"\b(?:thank you (?:so much )?for watching|thanks for watching|please subscribe"
+    r"|subtitles by(?: the amara org community)?|transcribed by)\b"
+)
+
 _VOWEL = re.compile(r"[aeiouy]")
 _HUM = re.compile(r"[mnh]{2,}[aeiou]?")  # Whisper's spellings of "mm-hmm": "NMO", "NMA" ("no" is a word)
 
@@ -111,10 +118,12 @@ class BargeInPolicy:
 
         A lone letter other than "I", letters without a vowel, or "m", "n" and
         "h" with a vowel at the end are a hum, not a word: Whisper wrote "N",
-        "Nm", "NMO" and "NMA" for "Mm-hmm." (scripts/bargein_eval). A user who
-        goes on is checked again as the speech grows.
+        "Nm", "NMO" and "NMA" for "Mm-hmm." (scripts/bargein_eval). Whisper's
+        stock readings of noise ("Thank you for watching.") are no words either.
+        A user who goes on is checked again as the speech grows.
         """
         words = " ".join(re.sub(r"[^a-z' ]", " ", text.lower().replace("-", " ")).split())
+        words = _HALLUCINATIONS.sub("", words)
         if self._backchannels is not None:
             words = self._backchannels.sub("", words)
         return all(_is_hum(word) for word in words.split())

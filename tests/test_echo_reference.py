@@ -9,7 +9,7 @@ import zlib
 import numpy as np
 import pytest
 
-from tests.test_session import Harness, quiet, tone
+from tests.test_session import Harness, quiet, record_pauses, tone
 from voice_agent.echo_reference import INPUT_SAMPLES, EchoReference
 from voice_agent.protocols.events import AgentAudio, AudioReceived, Clear
 from voice_agent.replay.echo import Echo, EchoPath
@@ -194,27 +194,6 @@ async def answering(monkeypatch, **settings) -> tuple[Harness, Loudspeaker]:
     await h.until(lambda: h.of(AgentAudio))
     h.stt.text = "Foxtrot golf hotel."  # what Whisper would make of the echo: not acknowledgement words
     return h, Loudspeaker(h)
-
-
-def record_pauses(monkeypatch) -> list[str]:
-    """Each "pause" and "resume" of a reply, in order: counting the frames sent instead depends on how busy
-    the machine is."""
-    from voice_agent.reply import Reply
-
-    calls: list[str] = []
-
-    def recorded(name: str):
-        original = getattr(Reply, name)
-
-        def recording(self):
-            calls.append(name)
-            original(self)
-
-        return recording
-
-    for name in ("pause", "resume"):
-        monkeypatch.setattr(Reply, name, recorded(name))
-    return calls
 
 
 @pytest.mark.wallclock

@@ -45,6 +45,12 @@ class Floor:
     def user_partial(self, turn, transcript):
         pass
 
+    def speech_begins(self):
+        pass
+
+    def speech_faded(self):
+        pass
+
     def user_pauses(self, turn, transcript, stt_ms):
         self.calls.append(("pause", transcript))
 

@@ -678,6 +678,67 @@ async def test_a_continuation_that_ends_before_its_words_are_checked_is_transcri
     await h.session.close()
 
 
+def record_pauses(monkeypatch) -> list[str]:
+    """Each "pause" and "resume" of a reply, in order: counting the frames sent instead depends on how busy
+    the machine is."""
+    from voice_agent.reply import Reply
+
+    calls: list[str] = []
+
+    def recorded(name: str):
+        original = getattr(Reply, name)
+
+        def recording(self):
+            calls.append(name)
+            original(self)
+
+        return recording
+
+    for name in ("pause", "resume"):
+        monkeypatch.setattr(Reply, name, recorded(name))
+    return calls
+
+
+async def feed_until_speech(h: Harness, audio: np.ndarray) -> int:
+    """Feed frames at real time until the VAD hears speech (not yet a turn); return that frame's event count."""
+    for start in range(0, len(audio), 320):
+        h.session.handle(AudioReceived(audio[start : start + 320]))
+        if h.session.listener._speech_run_ms > 0:
+            return len(h.events)
+        await asyncio.sleep(0.02)
+    raise AssertionError("the VAD never heard speech")
+
+
+async def test_in_the_grace_the_first_speech_window_silences_the_answer_before_it_makes_a_turn(monkeypatch):
+    calls = record_pauses(monkeypatch)
+    h = Harness(answer=" ".join(f"w{i}." for i in range(40)), reply_grace_ms=1000)
+    await h.feed(tone(0.5), realtime=False)
+    await h.feed(quiet(0.3))
+    await h.until(lambda: h.of(AgentAudio))
+    calls.clear()  # the answer's own start
+    heard_at = await feed_until_speech(h, tone(0.5))
+    assert h.session.listener.turn is None and calls == ["pause"]
+    await h.feed(tone(0.02))
+    assert [e for e in h.events[heard_at:] if isinstance(e, AgentAudio)] == []
+    await h.session.close()
+
+
+async def test_a_click_too_short_for_a_turn_in_the_grace_pauses_the_answer_only_while_it_lasts(monkeypatch):
+    calls = record_pauses(monkeypatch)
+    h = Harness(answer=" ".join(f"w{i}." for i in range(40)), reply_grace_ms=1000)
+    await h.feed(tone(0.5), realtime=False)
+    await h.feed(quiet(0.3))
+    await h.until(lambda: h.of(AgentAudio))
+    await h.feed(tone(0.04))  # one or two VAD windows of speech: no turn
+    await h.feed(quiet(0.2))
+    assert h.session.listener.turn is None
+    assert calls[-2:] == ["pause", "resume"]
+    sent = len(h.of(AgentAudio))
+    await h.feed(quiet(0.2))
+    assert len(h.of(AgentAudio)) > sent and h.of(Clear) == []
+    await h.session.close()
+
+
 async def test_a_noise_right_after_the_answer_starts_only_pauses_it():
     h = Harness(answer=" ".join(f"w{i}." for i in range(20)), reply_grace_ms=1000)
     await h.feed(tone(0.5), realtime=False)

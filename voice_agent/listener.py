@@ -62,6 +62,14 @@ class TurnTaker(Protocol):
         """Another speech window of ``turn``."""
         ...
 
+    def speech_begins(self) -> None:
+        """A speech window before there is enough speech for a turn: the user may be starting to speak."""
+        ...
+
+    def speech_faded(self) -> None:
+        """The speech since :meth:`speech_begins` ended too short to make a turn."""
+        ...
+
     def user_partial(self, turn: UserTurn, transcript: str) -> None:
         """A partial transcript of ``turn`` while the user speaks."""
         ...
@@ -200,7 +208,11 @@ class Listener:
                 self._learn_merge(self.turn)
                 self._turn_taker.user_speaks(self.turn)
                 self._maybe_partial(self.turn)
+            else:
+                self._turn_taker.speech_begins()
         elif probability < threshold - VAD_HYSTERESIS:
+            if self._speech_run_ms and self.turn is None:
+                self._turn_taker.speech_faded()
             self._speech_run_ms = 0.0
         self._probability = probability
         if self.turn is not None:

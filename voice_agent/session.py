@@ -176,6 +176,12 @@ class Session:
     def unanswered_start(self) -> int | None:
         return self.merge.unanswered_start()
 
+    def speech_begins(self) -> None:
+        self.merge.speech_begins()
+
+    def speech_faded(self) -> None:
+        self.merge.speech_faded()
+
     def hears_own_voice(self, end: int) -> bool:
         return self.interruptions.hears_own_voice(end)
 

@@ -41,17 +41,42 @@ class TurnMerge:
             session.cancel_reason = "turn_detected"
             # The client hears of the new turn first, then of the answer it cancelled (Session.announce).
             session.cancel_answer(report=False)
-        elif (
+        elif self._in_grace() or (answer is not None and answer.paused_at_onset):
+            # The user goes on right after the agent began: they were only pausing.
+            # Silent at once; if it is words, the answer is withdrawn (withdraw).
+            assert answer is not None and answer.reply is not None
+            answer.reply.pause()
+            answer.grace_taken = True
+        return start, session.state is TurnState.SPEAKING
+
+    def speech_begins(self) -> None:
+        """In the grace, the first speech window pauses the answer, before there is speech enough for a turn
+        (--vad-min-speech-ms): what the user hears of it, if they go on, is that much shorter."""
+        answer = self._session.answer
+        if answer is not None and not answer.paused_at_onset and self._in_grace():
+            assert answer.reply is not None
+            answer.reply.pause()
+            answer.paused_at_onset = True
+
+    def speech_faded(self) -> None:
+        """The speech that paused the answer made no turn (a click, a breath): the answer goes on."""
+        answer = self._session.answer
+        if answer is not None and answer.paused_at_onset and not answer.grace_taken:
+            answer.paused_at_onset = False
+            if answer.reply is not None:
+                answer.reply.resume()
+
+    def _in_grace(self) -> bool:
+        """Whether speech now means the user was not done: within the grace of the answer's first audio, in a
+        session whose own voice never came back (its echo would withdraw every answer)."""
+        session = self._session
+        answer = session.answer
+        return (
             answer is not None
             and answer.reply is not None
             and not session.interruptions.echo_heard
             and answer.in_grace(session.clock(), session.settings.reply_grace_ms)
-        ):
-            # The user goes on right after the agent began: they were only pausing.
-            # Silent at once; if it is words, the answer is withdrawn (withdraw).
-            answer.reply.pause()
-            answer.grace_taken = True
-        return start, session.state is TurnState.SPEAKING
+        )
 
     def unanswered_start(self) -> int | None:
         """The start of a committed turn's audio that may yet merge with the next turn."""

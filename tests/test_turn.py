@@ -28,6 +28,10 @@ from voice_agent.turn import Completeness, TurnDetector, TurnSignals, classify, 
         ("A cheeseburger in.", Completeness.INCOMPLETE),  # "and" misheard before a pause
         ("What are you interested in?", Completeness.COMPLETE),
         ("Let me see.", Completeness.INCOMPLETE),  # the user asks for time to think
+        ("The thing is.", Completeness.INCOMPLETE),  # it announces what comes next
+        ("Okay. So the problem is.", Completeness.INCOMPLETE),
+        ("What I mean is.", Completeness.INCOMPLETE),
+        ("That's what the problem is.", Completeness.COMPLETE),
         ("No, wait.", Completeness.INCOMPLETE),  # about to correct themselves
         ("I can wait.", Completeness.COMPLETE),
         ("Hmm, lets see...", Completeness.INCOMPLETE),

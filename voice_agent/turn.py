@@ -59,6 +59,13 @@ HOLDING_PHRASES = (
     "give me a second",
 )
 
+# A sentence that announces what comes next ("The thing is ...", "What I mean is ..."): Whisper puts a
+# full stop after its "is" at the pause, and the rest of it is what the user has to say.
+_ANNOUNCING = re.compile(
+    r"(?:^|[.!?]\s+)(?:(?:well|so|and|but|okay|ok|yeah|um|uh)\W+)*"
+    r"(?:(?:the|my|our|your|one) (?:thing|problem|point|question|issue|reason|truth|idea|plan|trouble|fact)"
+    r"|what i (?:mean|want|need|think|said)) is\W*$"
+)
 # "Wait." or "No, wait." opening a sentence, not "I can wait.": the user is about to correct themselves.
 _WAIT = re.compile(r"(?:^|[.!?]\s+)(?:(?:no|oh|uh|um|okay|ok|sorry)\W+)*wait\W*$")
 _LAST_WORD = re.compile(r"([\w']+)\W*$")
@@ -93,7 +100,7 @@ def classify(transcript: str | None) -> Completeness:
     if text.endswith(("...", "…", ",", "-", "—", ":", ";")):
         return Completeness.INCOMPLETE
     lowered = text.lower()
-    if _HOLDING.search(lowered) or _WAIT.search(lowered):
+    if _HOLDING.search(lowered) or _WAIT.search(lowered) or _ANNOUNCING.search(lowered):
         return Completeness.INCOMPLETE
     match = _LAST_WORD.search(lowered)
     if match:

@@ -125,17 +125,16 @@ class Conversation:
         answer["content"] = heard
         self._prefill_soon()
 
-    def _prefill_soon(self) -> None:
-        if self._prefilling is None or self._prefilling.done():
-            self._prefilling = asyncio.create_task(self._prefill_next_prompt())
-
     def prefill_question(self, words: str) -> None:
         """The user's ``words`` so far (a partial transcript) to the LLM's cache, after the prompt's
         beginning: the answer evaluates only what follows. Skipped while an earlier prefill runs."""
+        self._prefill_soon(words)
+
+    def _prefill_soon(self, words: str = "") -> None:
         if self._prefilling is None or self._prefilling.done():
             self._prefilling = asyncio.create_task(self._prefill_next_prompt(words))
 
-    async def _prefill_next_prompt(self, words: str = "") -> None:
+    async def _prefill_next_prompt(self, words: str) -> None:
         question = {"role": "user", "content": self._fit_question(words, warn=False)}
         try:
             await self._prefill([*self.prompt_prefix(estimate_tokens([question])), question])

@@ -310,9 +310,9 @@ class LlamaCppBackend:
         exchange at the step (0.7 to 2 s on 2 cores with SmolLM2's long
         answers). Called again with the user's words so far as the last
         message, while the user speaks: the answer then evaluates only the
-        words that came after, and the template's tokens (a prompt is
-        evaluated at 6 to 9 ms a token on 2 cores, hardly quicker in a batch
-        than one at a time). Only done while another instance stays idle for answers.
+        words that came after, and the template's tokens (on 2 cores, a batch
+        of 8 such tokens takes about 40 ms, 64 about 165 ms). Only done while
+        another instance stays idle for answers.
         """
         if self.idle_instances < 2:
             return
@@ -420,21 +420,23 @@ def _decode(llama, tokens: list[int], cached: int, read_at: int) -> np.ndarray:
 
     if len(tokens) - cached < ONE_THREAD_BATCH:
         llama_set_n_threads(llama.ctx, llama.n_threads, 1)
-    llama.n_tokens = cached
-    llama._ctx.kv_cache_seq_rm(-1, cached, -1)
-    read: np.ndarray | None = None
-    for start in range(cached, len(tokens), llama.n_batch):
-        batch = tokens[start : start + llama.n_batch]
-        llama._batch.set_batch(batch=batch, n_past=start, logits_all=False)  # the last position's logits
-        if start <= read_at < start + len(batch):
-            llama._batch.batch.logits[read_at - start] = True
-        llama._ctx.decode(llama._batch)
-        if read is None and start <= read_at < start + len(batch):
-            row = np.ctypeslib.as_array(llama_get_logits_ith(llama.ctx, read_at - start), shape=(llama.n_vocab(),))
-            read = row.astype(np.float64)
-        llama.input_ids[start : start + len(batch)] = batch
-        llama.n_tokens = start + len(batch)
+    try:
+        llama.n_tokens = cached
+        llama._ctx.kv_cache_seq_rm(-1, cached, -1)
+        read: np.ndarray | None = None
+        for start in range(cached, len(tokens), llama.n_batch):
+            batch = tokens[start : start + llama.n_batch]
+            llama._batch.set_batch(batch=batch, n_past=start, logits_all=False)  # the last position's logits
+            if start <= read_at < start + len(batch):
+                llama._batch.batch.logits[read_at - start] = True
+            llama._ctx.decode(llama._batch)
+            if read is None and start <= read_at < start + len(batch):
+                row = np.ctypeslib.as_array(llama_get_logits_ith(llama.ctx, read_at - start), shape=(llama.n_vocab(),))
+                read = row.astype(np.float64)
+            llama.input_ids[start : start + len(batch)] = batch
+            llama.n_tokens = start + len(batch)
+    finally:
+        llama_set_n_threads(llama.ctx, llama.n_threads, llama.n_threads_batch)
     llama._requires_eval = False  # the last logits are live: the answer may sample from them
-    llama_set_n_threads(llama.ctx, llama.n_threads, llama.n_threads_batch)
     assert read is not None  # read_at >= cached, and < len(tokens)
     return read

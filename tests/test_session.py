@@ -741,6 +741,17 @@ async def test_a_click_too_short_for_a_turn_in_the_grace_pauses_the_answer_only_
     await h.session.close()
 
 
+async def test_a_turn_that_took_the_grace_leaves_no_onset_pause_for_a_later_one(monkeypatch):
+    h, calls = await answer_in_its_grace(monkeypatch)
+    h.stt.text = ""  # a cough in the grace: a turn without words, after which the answer goes on
+    await h.feed(tone(0.3))
+    await h.feed(quiet(0.3))
+    await h.until(lambda: h.session.listener.turn is None and calls[-1:] == ["resume"])
+    # A later turn, past the grace, must not be taken for the user going on (and withdraw the answer).
+    assert h.session.answer is not None and not h.session.answer.paused_at_onset
+    await h.session.close()
+
+
 async def test_a_noise_right_after_the_answer_starts_only_pauses_it():
     h = Harness(answer=" ".join(f"w{i}." for i in range(20)), reply_grace_ms=1000)
     await h.feed(tone(0.5), realtime=False)

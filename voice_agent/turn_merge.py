@@ -47,6 +47,7 @@ class TurnMerge:
             assert answer is not None and answer.reply is not None
             answer.reply.pause()
             answer.grace_taken = True
+            answer.paused_at_onset = False  # this turn took it: a later one is past the grace
         return start, session.state is TurnState.SPEAKING
 
     def speech_begins(self) -> None:
@@ -61,7 +62,7 @@ class TurnMerge:
     def speech_faded(self) -> None:
         """The speech that paused the answer made no turn (a click, a breath): the answer goes on."""
         answer = self._session.answer
-        if answer is not None and answer.paused_at_onset and not answer.grace_taken:
+        if answer is not None and answer.paused_at_onset:
             answer.paused_at_onset = False
             if answer.reply is not None:
                 answer.reply.resume()

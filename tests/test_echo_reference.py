@@ -9,8 +9,8 @@ import zlib
 import numpy as np
 import pytest
 
-from tests.test_session import Harness, quiet, record_pauses, tone
-from voice_agent.echo_reference import INPUT_SAMPLES, EchoReference
+from tests.test_session import Harness, ScriptedSTT, quiet, record_pauses, tone
+from voice_agent.echo_reference import INPUT_SAMPLES, QUIET_INPUT_SAMPLES, EchoReference
 from voice_agent.protocols.events import AgentAudio, AudioReceived, Clear
 from voice_agent.replay.echo import Echo, EchoPath
 from voice_agent.user_turn import UserTurn
@@ -88,6 +88,26 @@ def test_a_user_alone_while_the_agent_talks_is_not_explained():
         results = replay(-10.0, 150.0, voice(seed, 1.0, 0.05), user_at_s=1.5, echo=False)
         during = [explained for at, explained in results if 1.6 <= at < 2.5]
         assert sum(during) <= 0.4 * len(during)
+
+
+@pytest.mark.parametrize("gain_db", [-10.0, -25.0])
+def test_input_with_the_echo_in_it_is_not_silent_under_the_output(gain_db):
+    agent = voice(1, 2.0)
+    reference = EchoReference(origin=0.0)
+    reference.played(agent, RATE, 0.0)
+    room = EchoPath(gain_db, 150.0, seed=1).room_response(RATE)
+    echo = np.convolve(np.concatenate([np.zeros(2400, np.float32), agent]), room)[: 2 * RATE].astype(np.float32)
+    hiss = 1e-4 * np.random.default_rng(9).standard_normal(2 * RATE).astype(np.float32)
+    assert not reference.silent_under((echo + hiss)[RATE - QUIET_INPUT_SAMPLES : RATE], 1.0)
+    assert reference.silent_under(hiss[RATE - QUIET_INPUT_SAMPLES : RATE], 1.0)
+
+
+def test_silence_tells_nothing_before_the_output_had_time_to_come_back():
+    reference = EchoReference(origin=0.0)
+    hiss = 1e-4 * np.random.default_rng(9).standard_normal(RATE).astype(np.float32)
+    assert not reference.silent_under(hiss[-QUIET_INPUT_SAMPLES:], 1.0)  # nothing played
+    reference.played(voice(1, 2.0), RATE, 0.6)
+    assert not reference.silent_under(hiss[-QUIET_INPUT_SAMPLES:], 1.0)  # its echo may yet come
 
 
 def test_nothing_played_explains_nothing():
@@ -253,19 +273,6 @@ async def test_an_acknowledgement_over_the_echo_is_heard_without_the_echo(monkey
     assert h.of(Clear) == []
     assert calls[-1:] in ([], ["resume"])  # it paused while the words were checked, at most
     await h.session.close()
-
-
-class ScriptedSTT:
-    """Reads each check's audio as the next of ``readings``, the last one from then on."""
-
-    def __init__(self, *readings: str):
-        self.readings = list(readings)
-        self.calls = 0
-
-    async def transcribe(self, audio):
-        self.calls += 1
-        await asyncio.sleep(0.01)
-        return self.readings.pop(0) if len(self.readings) > 1 else self.readings[0]
 
 
 @pytest.mark.wallclock

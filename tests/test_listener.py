@@ -45,7 +45,7 @@ class Floor:
     def user_partial(self, turn, transcript):
         pass
 
-    def speech_begins(self):
+    def speech_begins(self, start):
         pass
 
     def speech_faded(self):

@@ -68,6 +68,19 @@ class FakeSTT:
         pass
 
 
+class ScriptedSTT:
+    """Reads each check's audio as the next of ``readings``, the last one from then on."""
+
+    def __init__(self, *readings: str):
+        self.readings = list(readings)
+        self.calls = 0
+
+    async def transcribe(self, audio):
+        self.calls += 1
+        await asyncio.sleep(0.01)
+        return self.readings.pop(0) if len(self.readings) > 1 else self.readings[0]
+
+
 class FakeLLM:
     name = "fake"
 
@@ -764,6 +777,123 @@ async def test_a_noise_right_after_the_answer_starts_only_pauses_it():
     await h.until(lambda: h.finals("agent"), timeout=8)
     assert h.of(Clear) == []
     assert h.session.history[-1] == {"role": "assistant", "content": " ".join(f"w{i}." for i in range(20))}
+    await h.session.close()
+
+
+async def answer_playing(monkeypatch, **settings) -> tuple[Harness, list[str]]:
+    """A session whose answer has played for a second over a silent input (no echo of it comes back), and its
+    reply's pauses and resumes from now on."""
+    calls = record_pauses(monkeypatch)
+    h = Harness(answer=" ".join(f"w{i}." for i in range(40)), **settings)
+    await h.feed(tone(0.5), realtime=False)
+    await h.feed(quiet(0.3))
+    await h.until(lambda: h.of(AgentAudio))
+    await h.feed(quiet(1.0))
+    calls.clear()
+    return h, calls
+
+
+async def test_the_first_speech_window_over_the_agent_silences_it_before_it_makes_a_turn(monkeypatch):
+    h, calls = await answer_playing(monkeypatch)
+    heard_at = await feed_until_speech(h, tone(0.5))
+    assert h.session.listener.turn is None and calls == ["pause"]
+    await h.feed(tone(0.02))
+    assert [e for e in h.events[heard_at:] if isinstance(e, AgentAudio)] == []
+    await h.session.close()
+
+
+async def test_a_click_over_the_agent_pauses_it_only_while_it_lasts(monkeypatch):
+    h, calls = await answer_playing(monkeypatch)
+    await h.feed(tone(0.04))  # one or two VAD windows of speech: no turn
+    await h.feed(quiet(0.2))
+    assert h.session.listener.turn is None
+    assert calls == ["pause", "resume"]
+    sent = len(h.of(AgentAudio))
+    await h.feed(quiet(0.2))
+    assert len(h.of(AgentAudio)) > sent and h.of(Clear) == []
+    await h.session.close()
+
+
+async def test_speech_that_neither_grows_nor_fades_pauses_the_agent_no_longer_than_the_output_lead(monkeypatch):
+    # Between the threshold and its hysteresis below: the run neither grows into a turn nor fades.
+    monkeypatch.setattr(EnergyVAD, "score", staticmethod(lambda rms: 1.0 if rms > 0.05 else 0.4 if rms > 0.005 else 0))
+    h, calls = await answer_playing(monkeypatch)
+    await feed_until_speech(h, tone(0.1))
+    await h.feed(faint(0.2))
+    assert h.session.listener.turn is None and h.session.listener._speech_run_ms > 0  # no fade
+    assert calls == ["pause", "resume"]
+    sent = len(h.of(AgentAudio))
+    await h.feed(faint(0.2))
+    assert len(h.of(AgentAudio)) > sent and calls == ["pause", "resume"]  # once a run
+    await h.session.close()
+
+
+class HumSTT(FakeSTT):
+    """Whisper's way with a "mm-hmm": it read the first 300 ms of one as "in", and all of it as "NMM"
+    (scripts/bargein_eval)."""
+
+    async def transcribe(self, audio):
+        self.calls += 1
+        await asyncio.sleep(self.delay)
+        return "In." if np.sum(audio**2) / (0.3**2 / 2 * RATE) < 0.33 else "NMM"
+
+
+async def test_a_word_that_turns_out_a_hum_once_the_turn_ends_does_not_interrupt(monkeypatch):
+    h, calls = await answer_playing(monkeypatch)
+    h.session.engines.stt = HumSTT()
+    await h.feed(tone(0.4))
+    await h.feed(quiet(0.5))
+    assert h.of(Clear) == []
+    assert calls[-1:] == ["resume"]
+    await h.session.close()
+
+
+async def test_a_word_the_whole_turn_confirms_interrupts_and_is_answered(monkeypatch):
+    h, calls = await answer_playing(monkeypatch)
+    h.session.engines.stt = ScriptedSTT("Tuesday.")
+    await h.feed(tone(0.3))  # no speech after the check's: the turn ends held on its word
+    await h.feed(quiet(0.5))
+    await h.until(lambda: "Tuesday." in h.finals("user"))
+    assert h.of(Clear)
+    await h.session.close()
+
+
+async def test_an_echo_path_found_by_chance_is_forgotten_at_an_onset_in_silence(monkeypatch):
+    h, calls = await answer_playing(monkeypatch)
+    output = h.session.interruptions._output
+    output._lag = 3  # a user's voice correlated with the agent's output, once
+    await feed_until_speech(h, tone(0.1))
+    assert calls == ["pause"] and output._lag is None
+    await h.session.close()
+
+
+async def test_no_onset_pause_once_the_agents_own_voice_came_back(monkeypatch):
+    h, calls = await answer_playing(monkeypatch)
+    h.session.interruptions.echo_heard = True  # speech over it may be its echo: the words decide
+    await h.feed(tone(0.04))
+    await h.feed(quiet(0.1))
+    assert calls == []
+    await h.session.close()
+
+
+async def test_no_onset_pause_before_the_agents_echo_could_have_come_back(monkeypatch):
+    calls = record_pauses(monkeypatch)
+    h = Harness(answer=" ".join(f"w{i}." for i in range(40)))
+    await h.feed(tone(0.5), realtime=False)
+    await h.feed(quiet(0.3))
+    await h.until(lambda: h.of(AgentAudio))
+    calls.clear()
+    await h.feed(tone(0.04))  # its first words: the silence before tells nothing of an echo yet
+    await h.feed(quiet(0.1))
+    assert calls == []
+    await h.session.close()
+
+
+async def test_no_onset_pause_where_a_turn_would_not_pause_the_agent_at_once(monkeypatch):
+    h, calls = await answer_playing(monkeypatch, barge_in_min_speech_ms=300)
+    await h.feed(tone(0.04))
+    await h.feed(quiet(0.1))
+    assert calls == []
     await h.session.close()
 
 

@@ -41,7 +41,12 @@ ONSET_BLOCKS = 3  # the latest input, which a user's onset makes louder than the
 ONSET_MARGIN = 2.0  # amplitude over the echo predicted for the latest blocks (+6 dB) that is not echo
 SMEAR_BLOCKS = 2  # the room spreads each block over the next few: the prediction takes the loudest
 SILENT_RMS = 1e-4  # reference this quiet carries no envelope to compare
+# Input this far under the output that played over it (-30 dB, past the rig's quietest -25 dB echo) holds
+# no echo of it: a headset, a browser's echo cancellation.
+SILENT_UNDER = 10 ** (-30 / 20)
 INPUT_SAMPLES = int(WINDOW_S * PIPELINE_RATE) // BLOCK * BLOCK  # the input an answer needs
+# The input :meth:`EchoReference.silent_under` needs: the echo of its first half's output is in it over any path.
+QUIET_INPUT_SAMPLES = 2 * int(MAX_LAG_S * PIPELINE_RATE) // BLOCK * BLOCK
 # Reference kept behind the present: what the echo test needs, and the barge-in check's span of input
 # (the overlapping speech and the echo before it) for :meth:`EchoReference.played_over`.
 KEEP_S = 3.0
@@ -154,6 +159,27 @@ class EchoReference:
         near = lags[max(0, best - SMEAR_BLOCKS) : best + SMEAR_BLOCKS + 1, -ONSET_BLOCKS - SMEAR_BLOCKS :]
         predicted = gain * float(near.max())
         return float(heard_env[-ONSET_BLOCKS:].max()) <= ONSET_MARGIN * predicted + SILENT_RMS
+
+    def silent_under(self, heard: np.ndarray, heard_end_at: float) -> bool:
+        """Whether ``heard`` (16 kHz input, its last sample arriving at ``heard_end_at``; over
+        :data:`MAX_LAG_S` of it) is near silence (:data:`SILENT_UNDER`) beside the output whose echo would be
+        in it over any path: no echo reaches the input. False when too little of that output played to tell."""
+        max_lag = int(MAX_LAG_S * PIPELINE_RATE) // BLOCK * BLOCK
+        if len(heard) < max_lag + ONSET_BLOCKS * BLOCK:
+            return False
+        end = self._index(heard_end_at)
+        back = _envelope(self._slice(end - len(heard), end - max_lag))
+        # The loud blocks of each: syllables, not the gaps between them.
+        played = float(np.quantile(back, 0.9))
+        return played >= SILENT_RMS and float(np.quantile(_envelope(heard), 0.9)) <= SILENT_UNDER * played
+
+    def forget_path(self) -> None:
+        """The echo's path was found wrong: the input was near silence under the output (:meth:`silent_under`).
+
+        A user's voice over the agent correlates with its output at one lag or another by chance (0.93 in
+        scripts/bargein_eval without the echo rig), and a path, once found, takes the user's words for echo.
+        """
+        self._lag = None
 
     def echo_path(self, heard: np.ndarray, heard_end_at: float, echo_alone: int) -> tuple[np.ndarray, int] | None:
         """The output as it played over ``heard`` (16 kHz input, its last sample arriving at ``heard_end_at``),

@@ -21,7 +21,7 @@ from .audio import PIPELINE_RATE
 from .barge_in import BargeIn, BargeInPolicy
 from .echo import ECHO_SHARE, WHOLE_ECHO_SHARE, others_words, timed_words, words_of
 from .echo_reference import INPUT_SAMPLES as ECHO_INPUT_SAMPLES
-from .echo_reference import EchoReference
+from .echo_reference import QUIET_INPUT_SAMPLES, EchoReference
 from .echo_suppression import FIT_S, suppress_echo
 from .protocols.events import AgentAudio, Clear, OutputEvent, TurnIgnored
 from .reply import Reply
@@ -73,6 +73,9 @@ class Interruptions:
         self._output = EchoReference(session.clock())  # what the client plays: its echo is not the user
         self._look: asyncio.Task | None = None  # is speech left once the echo is out? (the pause waits for it)
         self._judged: dict[int, int] = {}  # turn id: the input up to which its speech was judged no interruption
+        self._onset_paused: Reply | None = None  # paused by speech too short yet for a turn (speech_begins)
+        self._onset_spent = False  # this run of speech paused the agent once already
+        self._word_held: int | None = None  # the turn whose one word keeps the agent paused (is_lone_word)
 
     def watching_output(self, send: Callable[[OutputEvent], None]) -> Callable[[OutputEvent], None]:
         """``send``, with the agent's audio and the client's buffer clears noted first, for :meth:`hears_own_voice`."""
@@ -90,9 +93,11 @@ class Interruptions:
         """Whether the input up to sample ``end`` is the agent's own output coming back."""
         if not self._session.settings.barge_in_ignore_echo:
             return False
+        start = end - ECHO_INPUT_SAMPLES
+        if self._no_echo_before(start):
+            return False
         timeline = self._session.listener.timeline
-        heard = timeline.slice(end - ECHO_INPUT_SAMPLES, end)
-        return self._output.explains(heard, timeline.arrival_time(end))
+        return self._output.explains(timeline.slice(start, end), timeline.arrival_time(end))
 
     async def close(self) -> None:
         if self._look is not None:
@@ -102,8 +107,64 @@ class Interruptions:
     def answer_finished(self, reply: Reply, at: float) -> None:
         self._finished = (reply, at)
 
+    def speech_begins(self, start: int) -> None:
+        """A speech window over the agent, its run from sample ``start``, too short yet for a turn: the agent
+        falls silent at once.
+
+        The pause its turn would bring at ``barge_in_min_speech_ms`` comes that much sooner, and so does the
+        stop of an interruption. Speech that fades before it makes a turn (a click, a breath) resumes the
+        answer within the client's output lead: the user hears no gap. Not where the turn would not pause
+        the agent at once (a longer ``barge_in_min_speech_ms``), nor where the agent's echo may be in the
+        speech (the input before it was not near silence while the agent talked): there the echo is taken
+        out first, and its own voice must not stutter it.
+        """
+        session = self._session
+        reply = session.reply
+        if (
+            self._onset_spent
+            or reply is None
+            or not reply.started_audio
+            or reply.paused
+            or not session.control.turn_detection.interrupt_response
+            or self.policy.min_speech_ms > session.settings.vad_min_speech_ms
+            or self.echo_heard
+            or not self._no_echo_before(start)
+        ):
+            return
+        reply.pause()
+        self._onset_paused = reply
+        self._onset_spent = True
+        # A run that hovers about the VAD's threshold makes no turn and never fades: past the output lead,
+        # the user would hear the gap, for what may be nothing.
+        asyncio.get_running_loop().call_later(session.settings.output_lead_ms / 1000, self._onset_ends, reply)
+
+    def _no_echo_before(self, start: int) -> bool:
+        """Whether the input before sample ``start`` was near silence while the agent's output played: none of
+        it comes back, and an echo path found before was found by chance, in a user's voice (forgotten)."""
+        if not self._session.settings.barge_in_ignore_echo:
+            return True  # its echo is the user's speech then, as any speech is
+        timeline = self._session.listener.timeline
+        heard = timeline.slice(max(timeline.start, start - QUIET_INPUT_SAMPLES), start)
+        if not self._output.silent_under(heard, timeline.arrival_time(start)):
+            return False
+        self._output.forget_path()
+        return True
+
+    def speech_faded(self) -> None:
+        """The speech that paused the agent at its onset made no turn: the agent goes on."""
+        self._onset_spent = False
+        self._onset_ends(self._onset_paused)
+
+    def _onset_ends(self, reply: Reply | None) -> None:
+        if reply is None or reply is not self._onset_paused:
+            return  # resumed already, or its turn took the pause over
+        self._onset_paused = None
+        if reply is self._session.reply:
+            reply.resume()
+
     def user_speaks(self, turn: UserTurn) -> None:
         """Another speech window of ``turn`` over the agent: interrupt it for real speech, not for "mm-hm"."""
+        self._onset_paused, self._onset_spent = None, False  # the turn's own pause and check take it from here
         session = self._session
         answer, reply = session.answer, session.reply
         if answer is None or reply is None or not session.control.turn_detection.interrupt_response:
@@ -181,8 +242,20 @@ class Interruptions:
         speech = np.array(probabilities, dtype=np.float64) >= self._session.settings.vad_threshold
         return speech_only(cleaned, speech), speech
 
+    def holds_word(self, turn: UserTurn) -> bool:
+        """Whether ``turn``'s one word keeps the agent paused, waiting for more speech."""
+        return self._word_held == turn.id
+
+    def check_whole(self, turn: UserTurn) -> None:
+        """``turn``, held on one word, ended: its whole audio decides, a word alone included."""
+        turn.barge_check = asyncio.create_task(self._check(turn, turn.audio(), self._echo_over(turn), whole=True))
+
     async def _check(
-        self, turn: UserTurn, audio: np.ndarray, echo: tuple[np.ndarray, np.ndarray, int, int] | None
+        self,
+        turn: UserTurn,
+        audio: np.ndarray,
+        echo: tuple[np.ndarray, np.ndarray, int, int] | None,
+        whole: bool = False,
     ) -> None:
         session = self._session
         try:
@@ -192,7 +265,7 @@ class Interruptions:
                 # "yeah" over "... right now"), and the VAD hears speech in a cough over it.
                 cleaned, speech = await asyncio.to_thread(self._speech_without_echo, *echo)
                 heard_until = _speech_end(turn, speech)
-                if cleaned is None or self._judged.get(turn.id, -1) >= heard_until:
+                if cleaned is None or (not whole and self._judged.get(turn.id, -1) >= heard_until):
                     # No speech; or none since words already judged no interruption (the echo after a "yeah"
                     # keeps the turn going, and each new reading of the same "yeah" could go wrong).
                     log.log(logs.words_level(), "session %s: no new speech once the echo is out", session.id)
@@ -215,6 +288,7 @@ class Interruptions:
         reply = session.reply
         if reply is None:
             return
+        self._word_held = None
         if session.settings.barge_in_ignore_echo and self._is_own_voice(turn, text, reply, echo_out=echo is not None):
             log.log(logs.words_level(), "session %s: the agent's own voice: %r", session.id, text)
             self.echo_heard = True
@@ -226,13 +300,15 @@ class Interruptions:
             self._judged = {turn.id: heard_until}
             reply.resume()
             return
-        if echo is not None and self.policy.is_lone_word(text):
+        if not whole and self.policy.is_lone_word(text):
             # Judged again once more speech comes, still paused: a user who goes on has stopped the agent
-            # already. If none comes, the next check or the turn's end resumes it.
-            log.log(
-                logs.words_level(), "session %s: one word over the echo, not yet an interruption: %r", session.id, text
-            )
+            # already. If none comes, the whole turn's audio decides once it ends, the word alone included:
+            # Whisper read a hum's first 300 ms as "in", and the whole of it as "NMM" (scripts/bargein_eval).
+            log.log(logs.words_level(), "session %s: one word, not yet an interruption: %r", session.id, text)
             self._judged = {turn.id: heard_until}
+            self._word_held = turn.id
+            if session.listener.turn is not turn:
+                self.check_whole(turn)
             return
         self._yield_to(turn, text)
         if session.listener.turn is not turn:

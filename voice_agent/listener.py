@@ -62,8 +62,9 @@ class TurnTaker(Protocol):
         """Another speech window of ``turn``."""
         ...
 
-    def speech_begins(self) -> None:
-        """A speech window before there is enough speech for a turn: the user may be starting to speak."""
+    def speech_begins(self, start: int) -> None:
+        """A speech window before there is enough speech for a turn, its run from sample ``start``: the user
+        may be starting to speak."""
         ...
 
     def speech_faded(self) -> None:
@@ -209,7 +210,7 @@ class Listener:
                 self._turn_taker.user_speaks(self.turn)
                 self._maybe_partial(self.turn)
             else:
-                self._turn_taker.speech_begins()
+                self._turn_taker.speech_begins(end - int(self._speech_run_ms * PIPELINE_RATE / 1000))
         elif probability < threshold - VAD_HYSTERESIS:
             if self._speech_run_ms and self.turn is None:
                 self._turn_taker.speech_faded()

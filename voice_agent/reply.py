@@ -240,6 +240,11 @@ class Reply:
     def pause(self) -> None:
         self._flowing.clear()
 
+    @property
+    def paused(self) -> bool:
+        """Held, or paused: no frame goes out until :meth:`resume`."""
+        return not self._flowing.is_set()
+
     async def _play(self, audio: asyncio.Queue) -> None:
         await self._flowing.wait()
         while (item := await audio.get()) is not None:

@@ -176,11 +176,13 @@ class Session:
     def unanswered_start(self) -> int | None:
         return self.merge.unanswered_start()
 
-    def speech_begins(self) -> None:
-        self.merge.speech_begins()
+    def speech_begins(self, start: int) -> None:
+        if not self.merge.speech_begins():
+            self.interruptions.speech_begins(start)
 
     def speech_faded(self) -> None:
         self.merge.speech_faded()
+        self.interruptions.speech_faded()
 
     def hears_own_voice(self, end: int) -> bool:
         return self.interruptions.hears_own_voice(end)
@@ -233,6 +235,9 @@ class Session:
         if self.reply is not None:  # SPEAKING
             if turn.barge_check is not None and not turn.barge_check.done():
                 return  # the pending barge-in check decides, and commits the turn if it interrupts
+            if self.interruptions.holds_word(turn):
+                self.interruptions.check_whole(turn)  # which commits it if it interrupts
+                return
             # Speech over the agent that never reached barge-in: a backchannel or noise.
             log.debug("session %s: ignoring %.0f ms of speech over the agent", self.id, turn.speech_ms)
             turn.drop_prepared()

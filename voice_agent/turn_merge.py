@@ -50,14 +50,21 @@ class TurnMerge:
             answer.paused_at_onset = False  # this turn took it: a later one is past the grace
         return start, session.state is TurnState.SPEAKING
 
-    def speech_begins(self) -> None:
+    def speech_begins(self) -> bool:
         """In the grace, the first speech window pauses the answer, before there is speech enough for a turn
-        (--vad-min-speech-ms): what the user hears of it, if they go on, is that much shorter."""
+        (--vad-min-speech-ms): what the user hears of it, if they go on, is that much shorter. Whether the
+        answer is paused at this onset, by this or an earlier window."""
         answer = self._session.answer
-        if answer is not None and not answer.paused_at_onset and self._in_grace():
-            assert answer.reply is not None
-            answer.reply.pause()
-            answer.paused_at_onset = True
+        if answer is None or answer.paused_at_onset:
+            return answer is not None
+        if not self._in_grace():
+            return False
+        assert answer.reply is not None
+        if answer.reply.paused:
+            return False  # paused for something else, which will resume it
+        answer.reply.pause()
+        answer.paused_at_onset = True
+        return True
 
     def speech_faded(self) -> None:
         """The speech that paused the answer made no turn (a click, a breath): the answer goes on."""

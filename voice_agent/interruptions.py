@@ -93,11 +93,11 @@ class Interruptions:
         """Whether the input up to sample ``end`` is the agent's own output coming back."""
         if not self._session.settings.barge_in_ignore_echo:
             return False
-        start = end - ECHO_INPUT_SAMPLES
-        if self._no_echo_before(start):
+        if self._no_echo_before(end - WINDOW):
             return False
         timeline = self._session.listener.timeline
-        return self._output.explains(timeline.slice(start, end), timeline.arrival_time(end))
+        heard = timeline.slice(end - ECHO_INPUT_SAMPLES, end)
+        return self._output.explains(heard, timeline.arrival_time(end))
 
     async def close(self) -> None:
         if self._look is not None:
@@ -302,13 +302,19 @@ class Interruptions:
             return
         if not whole and self.policy.is_lone_word(text):
             # Judged again once more speech comes, still paused: a user who goes on has stopped the agent
-            # already. If none comes, the whole turn's audio decides once it ends, the word alone included:
-            # Whisper read a hum's first 300 ms as "in", and the whole of it as "NMM" (scripts/bargein_eval).
+            # already. If none comes, without an echo the whole turn's audio decides once it ends, the word
+            # alone included: Whisper read a hum's first 300 ms as "in", and the whole of it as "NMM"
+            # (scripts/bargein_eval). Over the echo, one word alone is what is left of it, or a noise read
+            # as a word ("out" for an "uh-huh", in the echo rig): the agent goes on.
             log.log(logs.words_level(), "session %s: one word, not yet an interruption: %r", session.id, text)
             self._judged = {turn.id: heard_until}
-            self._word_held = turn.id
-            if session.listener.turn is not turn:
-                self.check_whole(turn)
+            if echo is None:
+                self._word_held = turn.id
+            if session.listener.turn is not turn:  # it ended while we listened
+                if echo is None:
+                    self.check_whole(turn)
+                else:
+                    reply.resume()
             return
         self._yield_to(turn, text)
         if session.listener.turn is not turn:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 
 import numpy as np
+import pytest
 
 from voice_agent.answer import TurnState
 from voice_agent.config import Settings
@@ -733,27 +734,6 @@ async def answer_in_its_grace(monkeypatch) -> tuple[Harness, list[str]]:
     return h, calls
 
 
-async def test_in_the_grace_the_first_speech_window_silences_the_answer_before_it_makes_a_turn(monkeypatch):
-    h, calls = await answer_in_its_grace(monkeypatch)
-    heard_at = await feed_until_speech(h, tone(0.5))
-    assert h.session.listener.turn is None and calls == ["pause"]
-    await h.feed(tone(0.02))
-    assert [e for e in h.events[heard_at:] if isinstance(e, AgentAudio)] == []
-    await h.session.close()
-
-
-async def test_a_click_too_short_for_a_turn_in_the_grace_pauses_the_answer_only_while_it_lasts(monkeypatch):
-    h, calls = await answer_in_its_grace(monkeypatch)
-    await h.feed(tone(0.04))  # one or two VAD windows of speech: no turn
-    await h.feed(quiet(0.2))
-    assert h.session.listener.turn is None
-    assert calls == ["pause", "resume"]
-    sent = len(h.of(AgentAudio))
-    await h.feed(quiet(0.2))
-    assert len(h.of(AgentAudio)) > sent and h.of(Clear) == []
-    await h.session.close()
-
-
 async def test_a_turn_that_took_the_grace_leaves_no_onset_pause_for_a_later_one(monkeypatch):
     h, calls = await answer_in_its_grace(monkeypatch)
     h.stt.text = ""  # a cough in the grace: a turn without words, after which the answer goes on
@@ -793,8 +773,13 @@ async def answer_playing(monkeypatch, **settings) -> tuple[Harness, list[str]]:
     return h, calls
 
 
-async def test_the_first_speech_window_over_the_agent_silences_it_before_it_makes_a_turn(monkeypatch):
-    h, calls = await answer_playing(monkeypatch)
+# In the grace the graceful way out pauses the answer (turn_merge); later, the barge-in rule (interruptions).
+ANSWER_STAGES = pytest.mark.parametrize("begun", [answer_in_its_grace, answer_playing], ids=["grace", "later"])
+
+
+@ANSWER_STAGES
+async def test_the_first_speech_window_over_the_agent_silences_it_before_it_makes_a_turn(monkeypatch, begun):
+    h, calls = await begun(monkeypatch)
     heard_at = await feed_until_speech(h, tone(0.5))
     assert h.session.listener.turn is None and calls == ["pause"]
     await h.feed(tone(0.02))
@@ -802,8 +787,9 @@ async def test_the_first_speech_window_over_the_agent_silences_it_before_it_make
     await h.session.close()
 
 
-async def test_a_click_over_the_agent_pauses_it_only_while_it_lasts(monkeypatch):
-    h, calls = await answer_playing(monkeypatch)
+@ANSWER_STAGES
+async def test_a_click_over_the_agent_pauses_it_only_while_it_lasts(monkeypatch, begun):
+    h, calls = await begun(monkeypatch)
     await h.feed(tone(0.04))  # one or two VAD windows of speech: no turn
     await h.feed(quiet(0.2))
     assert h.session.listener.turn is None

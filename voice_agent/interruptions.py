@@ -308,13 +308,13 @@ class Interruptions:
             # as a word ("out" for an "uh-huh", in the echo rig): the agent goes on.
             log.log(logs.words_level(), "session %s: one word, not yet an interruption: %r", session.id, text)
             self._judged = {turn.id: heard_until}
-            if echo is None:
-                self._word_held = turn.id
-            if session.listener.turn is not turn:  # it ended while we listened
-                if echo is None:
-                    self.check_whole(turn)
-                else:
+            if echo is not None:
+                if session.listener.turn is not turn:  # it ended while we listened
                     reply.resume()
+            elif session.listener.turn is turn:
+                self._word_held = turn.id
+            else:
+                self.check_whole(turn)
             return
         self._yield_to(turn, text)
         if session.listener.turn is not turn:

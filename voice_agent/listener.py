@@ -188,10 +188,10 @@ class Listener:
                 self._learn_pause(self.turn, end)
                 self.turn.on_speech(end)
             elif self._speech_run_ms >= self.settings.vad_min_speech_ms:
-                run = int(self._speech_run_ms * PIPELINE_RATE / 1000)
+                run_start = self._run_start(end)
                 if self._last_commit is not None:
-                    self._gap_since_commit = end - run - self._last_commit[1]
-                start = max(self.timeline.start, end - run - self._preroll)
+                    self._gap_since_commit = run_start - self._last_commit[1]
+                start = max(self.timeline.start, run_start - self._preroll)
                 start, over_agent = self._turn_taker.begin_turn(start)
                 self.turn = UserTurn(
                     next(self.turn_ids),
@@ -210,7 +210,7 @@ class Listener:
                 self._turn_taker.user_speaks(self.turn)
                 self._maybe_partial(self.turn)
             else:
-                self._turn_taker.speech_begins(end - int(self._speech_run_ms * PIPELINE_RATE / 1000))
+                self._turn_taker.speech_begins(self._run_start(end))
         elif probability < threshold - VAD_HYSTERESIS:
             if self._speech_run_ms and self.turn is None:
                 self._turn_taker.speech_faded()
@@ -218,6 +218,10 @@ class Listener:
         self._probability = probability
         if self.turn is not None:
             self._check_end_of_turn(self.turn, end, probability)
+
+    def _run_start(self, end: int) -> int:
+        """Where the run of speech windows up to sample ``end`` began."""
+        return end - int(self._speech_run_ms * PIPELINE_RATE / 1000)
 
     def _on_news(self, turn: UserTurn) -> None:
         """``turn``'s speculative transcript or an end-of-turn signal came in between two VAD windows.

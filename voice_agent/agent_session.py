@@ -21,9 +21,9 @@ from .agent import Agent, CallAction, CallContext, call_hook
 from .call_control import TwilioCalls
 from .config import Settings
 from .engines import Engines
-from .filler_voice import FillerVoice, filler_chunks
 from .interfaces import TTSBackend
 from .llm.base import LLMBackend, Message, supports_tools
+from .phrase_cache import PhraseCache, spoken_chunks
 from .protocols.client_options import PROMPT_OPTIONS
 from .protocols.events import CallEnded, CallTransferred, Error, OutputEvent
 from .session_report import SessionRecorder, SessionReport, deliver
@@ -46,9 +46,8 @@ async def prepare_agent(agent: Agent, engines: Engines, settings: Settings) -> T
         )
     if not agent.fillers or not supports_tools(engines.llm):
         return None  # no tool call to fill a silence for
-    chunks = filler_chunks(agent.fillers, settings.first_chunk_min_words, settings.first_chunk_phrase_breaks)
-    voice = FillerVoice(engines.tts, chunks)
-    await voice.warm_up()
+    voice = PhraseCache(engines.tts)
+    await voice.pin(spoken_chunks(agent.fillers, settings.first_chunk_min_words, settings.first_chunk_phrase_breaks))
     return voice
 
 

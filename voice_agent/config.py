@@ -62,6 +62,11 @@ class Settings:
     # Two threads: a 3 s utterance took 81 ms with 2 and 129 ms with 1 on this
     # 2-core CPU, once numpy's own BLAS thread stopped spinning beside it (stt.py).
     stt_threads: int = _opt(2, "CPU threads per faster-whisper call.", "stt")
+    # One: Whisper's decoder makes a token at a time from small matrices, and a
+    # second thread only waits at its barriers (stt.py: 63 ms a turn with 1, 87 with 2).
+    stt_decode_threads: int = _opt(
+        1, "CPU threads while faster-whisper decodes the words (the encoder uses --stt-threads).", "stt"
+    )
     stt_workers: int = _opt(2, "Concurrent faster-whisper calls across all sessions.", "stt")
     stt_beam_size: int = _opt(1, "Beam size for the final transcript (1 is greedy).", "stt")
     stt_language: str = _opt("en", "Language code passed to Whisper.", "stt")
@@ -305,6 +310,12 @@ class Settings:
     )
     # Two threads: Piper's first sentence took 118 ms instead of 208 ms with one.
     tts_threads: int = _opt(2, "onnxruntime threads per Piper synthesis.", "tts")
+    tts_phrase_cache: int = _opt(
+        64,
+        'Short chunks (4 words at most: "I\'m sorry,", "Sure.") kept synthesized for the process, the most '
+        "recently said first; the agent says them again without waiting for Piper. 0: none.",
+        "tts",
+    )
     # 120 ms: what a client still plays after the agent pauses for a barge-in,
     # so it counts in full in the stop time (scripts/bargein_eval); it still
     # covers the jitter of a WebSocket on a decent network, and the browser's

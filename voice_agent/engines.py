@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from .config import Settings
 from .interfaces import STTBackend, TTSBackend, VADBackend
 from .llm.base import LLMBackend
+from .phrase_cache import PhraseCache
 from .smart_turn import SmartTurn
 from .stt import WhisperSTT
 from .tts import PiperTTS
@@ -101,13 +102,14 @@ def load_engines(settings: Settings) -> Engines:
         device=settings.stt_device,
         compute_type=settings.stt_compute_type,
         threads=settings.stt_threads,
+        decode_threads=settings.stt_decode_threads,
         workers=settings.stt_workers,
         beam_size=settings.stt_beam_size,
         language=settings.stt_language,
         window_s=settings.stt_window_s,
     )
     llm = create_llm(settings)
-    tts = PiperTTS(settings.tts_voice, threads=settings.tts_threads)
+    tts = PhraseCache(PiperTTS(settings.tts_voice, threads=settings.tts_threads), size=settings.tts_phrase_cache)
     smart_turn = None
     if settings.smart_turn_model:
         log.info("loading Smart Turn %s", settings.smart_turn_model)

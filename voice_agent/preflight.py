@@ -39,6 +39,7 @@ def problems(settings: Settings) -> list[str]:
         found.append(f"--vad-threshold must be between 0 and 1; got {s.vad_threshold}")
     for name in (
         "stt_threads",
+        "stt_decode_threads",
         "stt_workers",
         "stt_beam_size",
         "llm_threads",
@@ -59,6 +60,7 @@ def problems(settings: Settings) -> list[str]:
         "max_messages_per_s",
         "max_bytes_per_s",
         "output_lead_ms",
+        "tts_phrase_cache",
         "history_turns",
         "shutdown_grace_s",
         "vad_min_speech_ms",

@@ -19,6 +19,16 @@ thread busy-waits for new work after each one, holding a core that the
 encoder right after it needed: a 3 s utterance took 134 ms with 2 CTranslate2
 threads and 81 ms with OpenBLAS at one thread (2 cores; docs/results/latency.md). Nothing
 in the pipeline has matrices large enough for a second BLAS thread to pay.
+
+The encoder and the decoder want different thread counts. The encoder is a
+few large matrix products, which a second thread speeds up; the decoder makes
+one token at a time from small ones, and under ``OMP_WAIT_POLICY=PASSIVE``
+(which ``serve`` sets) its threads sleep and wake at every barrier. On the
+benchmark's turns (2 cores, 2026-11-23): the encoder took 49 ms with 2 threads
+and 67 with 1, the decoder 87 ms with 2 and 63 with 1. On CPU the decoding
+therefore runs on a second copy of the model with ``decode_threads``: 111 ms
+a turn against 151 (median over the turns). A CTranslate2 model's thread
+count is fixed when it loads, hence the copy (tiny.en in int8: about 40 MB).
 """
 
 from __future__ import annotations
@@ -65,6 +75,7 @@ class WhisperSTT:
         device: str = "cpu",
         compute_type: str = "int8",
         threads: int = 2,
+        decode_threads: int = 1,
         workers: int = 2,
         beam_size: int = 1,
         language: str = "en",
@@ -85,6 +96,15 @@ class WhisperSTT:
             cpu_threads=threads,
             num_workers=workers,
         )
+        self._decoder = self._model.model
+        if device == "cpu" and decode_threads != threads:
+            self._decoder = WhisperModel(
+                self.model_name,
+                device=device,
+                compute_type=compute_type,
+                cpu_threads=decode_threads,
+                num_workers=workers,
+            ).model
         self._executor = ThreadPoolExecutor(workers, thread_name_prefix="stt")
         self.beam_size = beam_size
         self.language = language or None
@@ -117,7 +137,7 @@ class WhisperSTT:
         features = np.pad(features, ((0, 0), (0, frames - features.shape[1])))
         encoded = self._model.encode(features)
         max_tokens = int(len(audio) / SAMPLE_RATE * MAX_TOKENS_PER_S) + 10
-        [result] = self._model.model.generate(
+        [result] = self._decoder.generate(
             encoded,
             [self._prompt],
             beam_size=self.beam_size,

@@ -172,3 +172,26 @@ def test_a_rewrite_runs_before_counting_and_chunks_left_without_words_are_droppe
     text = "```python\ndef sort_list(lst):\n    return sorted(lst)\n```\n**That** sorts it. Bye now. More."
     chunks = [chunk for start in range(0, len(text), 4) for chunk in chunker.push(text[start : start + 4])]
     assert chunks + chunker.flush() == ["That sorts it.", "Bye now."]
+
+
+def push_tokens(chunker: SentenceChunker, tokens: list[str]) -> list[list[str]]:
+    """What each token, as an LLM streams it, lets out."""
+    return [chunker.push(token) for token in tokens]
+
+
+def test_the_first_chunk_ends_at_its_punctuation_without_waiting_for_the_next_token():
+    assert push_tokens(SentenceChunker(2), ["I", "'m", " sorry", ","]) == [[], [], [], ["I'm sorry,"]]
+    assert push_tokens(SentenceChunker(2), ["I", "'m", " not", "."]) == [[], [], [], ["I'm not."]]
+    assert push_tokens(SentenceChunker(2), ["Really", "?"]) == [[], ["Really?"]]
+
+
+def test_punctuation_that_may_go_on_waits_for_the_next_character():
+    # "1,000", "Dr. Smith", "J. Smith", a quote that closes after its "!", and a clause under the minimum.
+    for tokens in (["It costs 1", ","], ["Ask Dr", "."], ["Call J", "."], ['He said "hi', "!"], ["Yes", ","]):
+        assert push_tokens(SentenceChunker(2), tokens) == [[], []], tokens
+
+
+def test_only_the_first_chunk_ends_before_the_next_token():
+    chunker = SentenceChunker(2)
+    assert push_tokens(chunker, ["I'm sorry", ",", " we are", " closed", "."]) == [[], ["I'm sorry,"], [], [], []]
+    assert chunker.push(" We") == ["we are closed."]

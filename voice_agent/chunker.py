@@ -4,7 +4,11 @@ The first chunk may end at a clause (a comma, colon, semicolon or dash) once
 it has a few words, so speech starts early, and the second once it has six,
 so it is ready before the first has played; later chunks are whole sentences,
 which Piper phrases better. A boundary is only accepted once the character
-after the punctuation is seen, so "3.14", "1,000" and "e.g." never split.
+after the punctuation is seen, so "3.14", "1,000" and "e.g." never split;
+except at the end of the first chunk, where the punctuation after a whole
+word (two letters or more, not an abbreviation) ends the chunk at once: the
+LLM's next token, 12 to 25 ms on 2 cores, is a wait the user hears, and a
+word of letters is not a number or an initial.
 
 With ``phrase_breaks``, the first chunk may also end where a phrase begins
 without punctuation: before "for" in "I'm sorry for any confusion," or before
@@ -123,6 +127,11 @@ class SentenceChunker:
         for i, char in enumerate(text[: MAX_CHUNK_CHARS + 1]):
             if i == phrase:
                 return i, False
+            if i == len(text) - 1 and self._emitted == 0 and _ends_a_word(text, i):
+                if char in SENTENCE_END and not _is_abbreviation(text, i):
+                    return i + 1, True
+                if char in CLAUSE_END and len(word_tokens(text[:i])) >= self.first_chunk_min_words:
+                    return i + 1, False
             if char in SENTENCE_END:
                 end = _skip_closers(text, i + 1)
                 if end < len(text) and text[end].isspace() and not _is_abbreviation(text, i):
@@ -169,6 +178,16 @@ def _forced_cut(text: str) -> int:
     first_word = len(head) - len(head.lstrip())
     spaces = [i for i, char in enumerate(head) if char.isspace() and i > first_word]
     return spaces[-1] if spaces else MAX_CHUNK_CHARS
+
+
+def _ends_a_word(text: str, index: int) -> bool:
+    """The punctuation at ``index`` follows a word of two letters or more ("sorry," not "1," or "J."), and no
+    quote or bracket is open before it (its closer would follow: 'He said "hi!"')."""
+    head = text[:index]
+    words = _WORD.findall(head.rsplit(None, 1)[-1]) if head.strip() else []
+    if not words or not head[-1].isalpha() or sum(c.isalpha() for c in words[-1]) < 2:
+        return False
+    return head.count('"') % 2 == 0 and all(head.count(a) <= head.count(b) for a, b in ("()", "[]", "“”", "‘’"))
 
 
 def _is_list_number(text: str, dot_index: int) -> bool:

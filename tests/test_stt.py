@@ -16,3 +16,22 @@ from voice_agent.stt import looks_looped
 )
 def test_a_looping_decoder_is_recognized(text, looped):
     assert looks_looped(text) is looped
+
+
+@pytest.mark.models
+def test_decoding_on_its_own_threads_gives_the_same_words():
+    """The decoder runs on a second copy of the model with other threads: the words must not change."""
+    import soundfile
+
+    from tests.speech import SHARED_AUDIO
+    from voice_agent.audio import resample
+    from voice_agent.stt import SAMPLE_RATE, WhisperSTT
+
+    audio, rate = soundfile.read(SHARED_AUDIO / "jfk.flac", dtype="float32")
+    audio = resample(audio.mean(axis=1) if audio.ndim > 1 else audio, rate, SAMPLE_RATE)[: 6 * SAMPLE_RATE]
+    split = WhisperSTT(threads=2, decode_threads=1)
+    together = WhisperSTT(threads=2, decode_threads=2)
+    assert split._decoder is not split._model.model and together._decoder is together._model.model
+    words = split.transcribe_blocking(audio)
+    assert "fellow Americans" in words
+    assert words == together.transcribe_blocking(audio)

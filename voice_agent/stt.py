@@ -34,6 +34,7 @@ count is fixed when it loads, hence the copy (tiny.en in int8: about 40 MB).
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from concurrent.futures import ThreadPoolExecutor
 
@@ -89,22 +90,13 @@ class WhisperSTT:
 
         self.model_name = model or default_model_path()
         log.info("loading STT %s (%s, %s)", self.model_name, device, compute_type)
-        self._model = WhisperModel(
-            self.model_name,
-            device=device,
-            compute_type=compute_type,
-            cpu_threads=threads,
-            num_workers=workers,
+        load = functools.partial(
+            WhisperModel, self.model_name, device=device, compute_type=compute_type, num_workers=workers
         )
+        self._model = load(cpu_threads=threads)
         self._decoder = self._model.model
         if device == "cpu" and decode_threads != threads:
-            self._decoder = WhisperModel(
-                self.model_name,
-                device=device,
-                compute_type=compute_type,
-                cpu_threads=decode_threads,
-                num_workers=workers,
-            ).model
+            self._decoder = load(cpu_threads=decode_threads).model
         self._executor = ThreadPoolExecutor(workers, thread_name_prefix="stt")
         self.beam_size = beam_size
         self.language = language or None

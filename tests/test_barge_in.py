@@ -104,3 +104,19 @@ def test_own_voice_is_what_the_answer_was_playing_then():
     chunks = [("We have a lot of different dishes,", 0.0, 2.0), ("from fresh pasta to grilled fish.", 2.2, 4.4)]
     assert BargeInPolicy.is_own_voice("fresh pasta to", chunks, playing_s=3.4, spoken_s=0.8)
     assert not BargeInPolicy.is_own_voice("Wait, I have a question.", chunks, playing_s=3.4, spoken_s=0.8)
+
+
+@pytest.mark.parametrize(
+    "text, stops",
+    [
+        ("No, I meant Friday.", True),
+        ("Wait, what?", True),
+        ("Cancelled.", True),
+        ("in the thumb.", False),
+        ("What about the soup?", True),  # "what" stops a speaker
+        ("You're just a bit", False),
+        ("", False),
+    ],
+)
+def test_a_stop_word_anywhere_in_the_words(text, stops):
+    assert BargeInPolicy.has_stop_word(text) is stops

@@ -298,6 +298,46 @@ async def test_a_user_who_goes_on_after_one_word_over_the_echo_stops_the_agent(m
     await h.session.close()
 
 
+class TurnEndReadingSTT:
+    """Reads speech as ``during`` while a user turn goes on, and as ``after`` once it has ended."""
+
+    def __init__(self, listener, during: str, after: str):
+        self.listener, self.during, self.after = listener, during, after
+        self.calls = 0
+
+    async def transcribe(self, audio):
+        self.calls += 1
+        text = self.during if self.listener.turn is not None else self.after
+        await asyncio.sleep(0.01)
+        return text
+
+
+@pytest.mark.wallclock
+async def test_words_that_stop_no_one_over_the_echo_wait_for_the_whole_turn(monkeypatch):
+    # The echo rig's "Mm-hmm." read as "in the thumb." by the check: the whole turn reads it for what it is.
+    calls = record_pauses(monkeypatch)
+    h, loudspeaker = await answering(monkeypatch, barge_in_force_ms=900)
+    h.session.engines.stt = stt = TurnEndReadingSTT(h.session.listener, "in the thumb.", "Mm-hmm.")
+    await loudspeaker.talk_over(1.2)
+    await loudspeaker.talk_over(1.0, user=voice(5, 0.4, level=0.6))
+    await loudspeaker.talk_over(1.0)
+    assert stt.calls >= 2  # the check, then the whole turn
+    assert h.of(Clear) == []
+    assert calls[-1:] == ["resume"]  # paused while it listened, and talking again
+    await h.session.close()
+
+
+@pytest.mark.wallclock
+async def test_an_interruption_without_a_stop_word_over_the_echo_stops_the_agent_once_the_turn_ends(monkeypatch):
+    h, loudspeaker = await answering(monkeypatch, barge_in_force_ms=900)
+    h.session.engines.stt = ScriptedSTT("I would rather have the soup.")
+    await loudspeaker.talk_over(1.2)
+    await loudspeaker.talk_over(1.0, user=voice(5, 0.6, level=0.6))  # shorter than the forced stop
+    await loudspeaker.talk_over(1.0)
+    assert h.of(Clear)
+    await h.session.close()
+
+
 @pytest.mark.wallclock
 async def test_a_turn_that_began_over_the_echo_is_transcribed_without_it(monkeypatch):
     # Committed once the answer ended, such a turn was answered as words garbled from the echo.

@@ -40,6 +40,10 @@ _VOWEL = re.compile(r"[aeiouy]")
 _HUM = re.compile(r"[mnh]{2,}[aeiou]?")  # Whisper's spellings of "mm-hmm": "NMO", "NMA" ("no" is a word)
 
 
+def _stops(word: str) -> bool:
+    return any(word == stop or (len(stop) >= 4 and word.startswith(stop)) for stop in STOP_WORDS)
+
+
 def _is_hum(word: str) -> bool:
     """A hum, not a word to interrupt with: "n", "nm", "hmm", "shh", "nmo"."""
     return (len(word) == 1 and word != "i") or _VOWEL.search(word) is None or _HUM.fullmatch(word) is not None
@@ -108,10 +112,12 @@ class BargeInPolicy:
     def is_lone_word(text: str) -> bool:
         """One word that does not stop a speaker on its own (:data:`STOP_WORDS`)."""
         words = words_of(text)
-        if len(words) != 1:
-            return False
-        word = words[0]
-        return not any(word == stop or (len(stop) >= 4 and word.startswith(stop)) for stop in STOP_WORDS)
+        return len(words) == 1 and not _stops(words[0])
+
+    @staticmethod
+    def has_stop_word(text: str) -> bool:
+        """Whether a word of ``text`` stops a speaker on its own ("No, I meant Friday", "Wait, what?")."""
+        return any(_stops(word) for word in words_of(text))
 
     def is_backchannel(self, text: str) -> bool:
         """Only acknowledgement words, or no words at all (a cough, a door).

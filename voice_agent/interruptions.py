@@ -300,21 +300,28 @@ class Interruptions:
             self._judged = {turn.id: heard_until}
             reply.resume()
             return
-        if not whole and self.policy.is_lone_word(text):
+        lone = self.policy.is_lone_word(text)
+        if not whole and (lone or (echo is not None and not self.policy.has_stop_word(text))):
             # Judged again once more speech comes, still paused: a user who goes on has stopped the agent
-            # already. If none comes, without an echo the whole turn's audio decides once it ends, the word
-            # alone included: Whisper read a hum's first 300 ms as "in", and the whole of it as "NMM"
-            # (scripts/bargein_eval). Over the echo, one word alone is what is left of it, or a noise read
-            # as a word ("out" for an "uh-huh", in the echo rig): the agent goes on.
-            log.log(logs.words_level(), "session %s: one word, not yet an interruption: %r", session.id, text)
+            # already. If none comes, the whole turn's audio decides once it ends: Whisper read a hum's
+            # first 300 ms as "in", and the whole of it as "NMM" (scripts/bargein_eval). Over the echo the
+            # same holds for words that stop no one: what is left of the echo under an "mm-hmm" or a laugh
+            # read as "in the thumb." or "You're just a bit" (the echo rig); a user who said "No" or "Wait"
+            # stops the agent at once. There, a word alone is what is left of the echo, or a noise read as
+            # a word ("out" for an "uh-huh"): the agent goes on once the turn ends.
+            log.log(logs.words_level(), "session %s: not yet an interruption: %r", session.id, text)
             self._judged = {turn.id: heard_until}
-            if echo is not None:
+            if echo is not None and lone:
                 if session.listener.turn is not turn:  # it ended while we listened
                     reply.resume()
             elif session.listener.turn is turn:
                 self._word_held = turn.id
             else:
                 self.check_whole(turn)
+            return
+        if whole and echo is not None and lone:
+            log.log(logs.words_level(), "session %s: one word over the echo, not an interruption: %r", session.id, text)
+            reply.resume()
             return
         self._yield_to(turn, text)
         if session.listener.turn is not turn:

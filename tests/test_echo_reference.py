@@ -184,10 +184,12 @@ class Loudspeaker:
         self.room = Echo(RATE, origin=time.monotonic())
         self.seen = next(i for i, event in enumerate(h.events) if isinstance(event, AgentAudio))
 
-    async def talk_over(self, seconds: float, user: np.ndarray | None = None) -> None:
-        """Real-time microphone frames: the echo of what the session sent, plus ``user``."""
+    async def talk_over(self, seconds: float, user: np.ndarray | None = None, until=lambda: False) -> None:
+        """Real-time microphone frames: the echo of what the session sent, plus ``user``; ``until`` ends them early."""
         h = self.h
         for start in range(0, int(seconds * RATE), FRAME):
+            if until():
+                return
             now = time.monotonic()
             for event in h.events[self.seen :]:
                 if isinstance(event, AgentAudio):
@@ -269,7 +271,9 @@ async def test_an_acknowledgement_over_the_echo_is_heard_without_the_echo(monkey
     await loudspeaker.talk_over(1.2)  # the echo alone, which the path is found on
     await loudspeaker.talk_over(1.0, user=voice(5, 0.4, level=0.6))
     assert stt.heard  # the words were checked
-    await loudspeaker.talk_over(1.0)  # the echo alone again
+    # The echo alone again: the turn lasts while the agent's voice comes back into it.
+    await loudspeaker.talk_over(4.0, until=lambda: h.session.listener.turn is None)
+    assert h.session.listener.turn is None
     assert h.of(Clear) == []
     assert calls[-1:] in ([], ["resume"])  # it paused while the words were checked, at most
     await h.session.close()

@@ -23,7 +23,7 @@ except ImportError:
 from prometheus_client import REGISTRY  # noqa: E402  (a vLLM dependency)
 
 from tests.conftest import start_server, stop_server  # noqa: E402
-from tests.vllm_support import ENGINE_ARGS, VLLM_ENV, spoken_turn  # noqa: E402
+from tests.vllm_support import DTYPE, ENGINE_ARGS, VLLM_ENV, spoken_turn  # noqa: E402
 from voice_agent.llm.vllm_engine import VLLMBackend  # noqa: E402
 
 # The engine's output handler lives on the loop that first used it: one loop for the module.
@@ -54,7 +54,7 @@ async def backend():
     os.environ.update(VLLM_ENV)  # read by the engine's subprocess
     try:
         # No model: the embedded SmolLM2, converted once by scripts/setup-vllm.
-        backend = VLLMBackend(dtype="bfloat16", enforce_eager=True, max_tokens=400, temperature=0)
+        backend = VLLMBackend(dtype=DTYPE, enforce_eager=True, max_tokens=400, temperature=0)
         await backend.warm_up()
         yield backend
         await backend.close()

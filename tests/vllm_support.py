@@ -23,7 +23,10 @@ VLLM_PYTHON = ROOT / ".venv-vllm" / "bin" / "python"
 # compilation (starts in tens of seconds instead of minutes), no hub access.
 VLLM_ENV = {"HF_HUB_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": "1"}
 GREEDY = ("--llm-temperature", "0")
-ENGINE_ARGS = ("--llm-dtype", "bfloat16", "--llm-enforce-eager", *GREEDY)
+# float32: in bfloat16 on a Xeon with AMX, vLLM's CPU build answered "What is the capital of France?" with
+# "L'Étoile, la Marseillaise, la femme au martyre..." at temperature 0; in float32, "Paris".
+DTYPE = "float32"
+ENGINE_ARGS = ("--llm-dtype", DTYPE, "--llm-enforce-eager", *GREEDY)
 
 
 def require_vllm() -> None:
@@ -68,7 +71,7 @@ def start_vllm_serve(timeout: float = 600.0):
             "--port",
             str(port),
             "--dtype",
-            "bfloat16",
+            DTYPE,
             "--max-model-len",
             "2048",
             "--enforce-eager",

@@ -332,11 +332,28 @@ async def test_words_that_stop_no_one_over_the_echo_wait_for_the_whole_turn(monk
 
 
 @pytest.mark.wallclock
-async def test_an_interruption_without_a_stop_word_over_the_echo_stops_the_agent_once_the_turn_ends(monkeypatch):
+async def test_a_noise_read_as_short_words_over_the_echo_does_not_stop_the_agent(monkeypatch):
+    # Whisper's reading of a door slam over the echo rig, before and after its turn ended.
+    calls = record_pauses(monkeypatch)
     h, loudspeaker = await answering(monkeypatch, barge_in_force_ms=900)
+    h.session.engines.stt = stt = TurnEndReadingSTT(h.session.listener, "It's fine.", "It's fine.")
+    await loudspeaker.talk_over(1.2)
+    await loudspeaker.talk_over(1.0, user=voice(5, 0.3, level=0.6))
+    await loudspeaker.talk_over(4.0, until=lambda: h.session.listener.turn is None and stt.calls >= 2)
+    await loudspeaker.talk_over(0.3)  # the whole turn's check, then the agent's voice again
+    assert stt.calls >= 2  # the check, then the whole turn
+    assert h.of(Clear) == []
+    assert "resume" in calls[calls.index("pause") :]
+    await h.session.close()
+
+
+@pytest.mark.wallclock
+async def test_an_interruption_without_a_stop_word_over_the_echo_stops_the_agent_once_the_turn_ends(monkeypatch):
+    h, loudspeaker = await answering(monkeypatch, barge_in_force_ms=2000)  # no forced stop
     h.session.engines.stt = ScriptedSTT("I would rather have the soup.")
     await loudspeaker.talk_over(1.2)
-    await loudspeaker.talk_over(1.0, user=voice(5, 0.6, level=0.6))  # shorter than the forced stop
+    # About 600 ms of it is speech to the VAD once the echo is out: words, not a noise read as words.
+    await loudspeaker.talk_over(1.5, user=voice(5, 1.0, level=0.6))
     await loudspeaker.talk_over(1.0)
     assert h.of(Clear)
     await h.session.close()

@@ -8,7 +8,7 @@ import pytest
 from tests.test_echo_reference import voice
 from voice_agent.echo_reference import INPUT_SAMPLES, EchoReference
 from voice_agent.echo_suppression import suppress_echo
-from voice_agent.interruptions import MIN_SPEECH_WINDOWS, speech_only
+from voice_agent.interruptions import MIN_SPEECH_WINDOWS, speech_only, without_lone_windows
 from voice_agent.replay.echo import EchoPath
 from voice_agent.vad import WINDOW
 
@@ -101,3 +101,10 @@ def test_only_the_speech_windows_are_kept():
     kept = gated.reshape(10, WINDOW).max(axis=1)
     assert kept.tolist() == [0, 0, 1, 1, 1, 1, 1, 0, 0, 0]  # one window of margin either side
     assert speech_only(audio, np.arange(10) < MIN_SPEECH_WINDOWS - 1) is None
+
+
+def test_a_lone_window_of_speech_is_what_is_left_of_the_echo():
+    speech = np.array([1, 0, 0, 1, 0, 1, 1, 0, 0, 1], bool)
+    assert without_lone_windows(speech).astype(int).tolist() == [0, 0, 0, 0, 0, 1, 1, 0, 0, 0]
+    # Scattered over a loud echo, three such windows are no speech to transcribe.
+    assert speech_only(np.ones(10 * WINDOW, np.float32), without_lone_windows(speech)) is None

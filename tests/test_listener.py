@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 
 import numpy as np
+import pytest
 
 from tests.test_session import EnergyVAD, quiet, tone
 from voice_agent.config import Settings
@@ -30,10 +31,11 @@ class WordsSTT:
 class Floor:
     """A turn taker that records what it is asked."""
 
-    def __init__(self, unanswered=None, own_voice=False):
+    def __init__(self, unanswered=None, own_voice=False, agent_holds_floor=False):
         self.calls: list[tuple] = []
         self.unanswered = unanswered
         self.own_voice = own_voice
+        self.agent_holds_floor = agent_holds_floor
 
     def begin_turn(self, start):
         self.calls.append(("begin", start))
@@ -63,6 +65,9 @@ class Floor:
 
     def hears_own_voice(self, end):
         return self.own_voice
+
+    def holds_floor(self, turn):
+        return self.agent_holds_floor
 
 
 class TellingSTT(WordsSTT):
@@ -127,6 +132,24 @@ async def test_a_transcript_that_comes_in_between_two_windows_is_acted_on_at_onc
     for _ in range(5):  # no more audio: no VAD window
         await asyncio.sleep(0)
     assert floor.calls[1:] == [("pause", "Hello there."), ("commit", 1)]
+    await made.close()
+
+
+class TrailingSTT(WordsSTT):
+    async def transcribe(self, audio):
+        await asyncio.sleep(0)
+        return "And then..."
+
+
+@pytest.mark.parametrize("agent_holds_floor", [False, True])
+async def test_speech_over_the_agent_ends_on_a_short_silence_whatever_its_words(agent_holds_floor):
+    floor = Floor(agent_holds_floor=agent_holds_floor)
+    made, _ = listener(floor, stt=TrailingSTT, end_silence_incomplete_ms=2000)
+    await feed(made, quiet(0.5))
+    await feed(made, tone(0.6))
+    await feed(made, quiet(0.5))  # the complete-sentence silence (200 ms) and more; not an unfinished one's
+    committed = ("commit", 1) in floor.calls
+    assert committed == agent_holds_floor
     await made.close()
 
 

@@ -40,6 +40,22 @@ ECHO_TAIL_S = 1.0
 # Speech windows (32 ms) the barge-in check's audio must still hold once the agent's echo is taken out:
 # a noise over the echo is speech to the VAD because of the echo under it.
 MIN_SPEECH_WINDOWS = 3
+# Words that stop no one, heard over the echo, interrupt once their turn ends only if they held this much
+# speech with the echo out: Whisper read "It's fine." into a door slam and "in a moment." into a "mm-hmm"
+# over the echo (scripts/bargein_eval; 416 and 320 ms of speech), and the agent gave up its answer to them.
+# "Tell me more." takes about 600 ms.
+WORDS_OVER_ECHO_MIN_MS = 500
+
+
+def _next_to_speech(speech: np.ndarray) -> np.ndarray:
+    """The windows with a ``speech`` window just before or after them."""
+    return np.concatenate([speech[1:], [False]]) | np.concatenate([[False], speech[:-1]])
+
+
+def without_lone_windows(speech: np.ndarray) -> np.ndarray:
+    """``speech`` less its windows with no speech either side: what is left of a loud echo once it is taken
+    out makes one now and then (a few a second), and a word lasts longer than one window."""
+    return speech & _next_to_speech(speech)
 
 
 def speech_only(audio: np.ndarray, speech: np.ndarray) -> np.ndarray | None:
@@ -47,7 +63,7 @@ def speech_only(audio: np.ndarray, speech: np.ndarray) -> np.ndarray | None:
     than :data:`MIN_SPEECH_WINDOWS`: what is left of the echo between the words, Whisper reads as words."""
     if speech.sum() < MIN_SPEECH_WINDOWS:
         return None
-    kept = speech | np.concatenate([speech[1:], [False]]) | np.concatenate([[False], speech[:-1]])
+    kept = speech | _next_to_speech(speech)
     mask = np.repeat(kept, WINDOW)[: len(audio)]
     gated = audio.copy()
     gated[: len(mask)] *= mask
@@ -239,7 +255,7 @@ class Interruptions:
         speech kept (None when it holds no speech: a noise over the echo), and which VAD windows are speech."""
         cleaned = suppress_echo(heard, played, lag)[-length:]
         probabilities = self._session.engines.vad.stream().process(cleaned)
-        speech = np.array(probabilities, dtype=np.float64) >= self._session.settings.vad_threshold
+        speech = without_lone_windows(np.array(probabilities, dtype=np.float64) >= self._session.settings.vad_threshold)
         return speech_only(cleaned, speech), speech
 
     def holds_word(self, turn: UserTurn) -> bool:
@@ -260,11 +276,13 @@ class Interruptions:
         session = self._session
         try:
             heard_until = turn.last_speech
+            spoken_ms = turn.speech_ms
             if echo is not None:
                 # The agent's echo under the user's sound: Whisper reads its words into it ("Okay now." for a
                 # "yeah" over "... right now"), and the VAD hears speech in a cough over it.
                 cleaned, speech = await asyncio.to_thread(self._speech_without_echo, *echo)
                 heard_until = _speech_end(turn, speech)
+                spoken_ms = float(speech.sum()) * WINDOW_MS
                 if cleaned is None or (not whole and self._judged.get(turn.id, -1) >= heard_until):
                     # No speech; or none since words already judged no interruption (the echo after a "yeah"
                     # keeps the turn going, and each new reading of the same "yeah" could go wrong).
@@ -326,6 +344,16 @@ class Interruptions:
                 self._word_held = turn.id
             else:
                 self.check_whole(turn)
+            return
+        if echo is not None and spoken_ms < WORDS_OVER_ECHO_MIN_MS and not self.policy.has_stop_word(text):
+            log.log(
+                logs.words_level(),
+                "session %s: %.0f ms of speech, too short for words over the echo: %r",
+                session.id,
+                spoken_ms,
+                text,
+            )
+            reply.resume()
             return
         self._yield_to(turn, text)
         if session.listener.turn is not turn:

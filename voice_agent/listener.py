@@ -83,6 +83,10 @@ class TurnTaker(Protocol):
         """``turn`` is over."""
         ...
 
+    def holds_floor(self, turn: UserTurn) -> bool:
+        """Whether ``turn`` is speech over the agent's answer that has not taken the floor from it."""
+        ...
+
     def unanswered_start(self) -> int | None:
         """The start of a committed turn's audio that may yet merge with the next turn."""
         ...
@@ -256,6 +260,11 @@ class Listener:
     def _check_end_of_turn(self, turn: UserTurn, now: int, probability: float) -> None:
         silence_ms = (now - turn.last_speech) * 1000 / PIPELINE_RATE
         if silence_ms < self.settings.stt_speculative_silence_ms:
+            return
+        if silence_ms >= self.settings.end_silence_complete_ms and self._turn_taker.holds_floor(turn):
+            # A "yeah", a cough or words still being checked, over the agent: their end lets a paused agent go
+            # on, and its words wait for no end of a sentence ("And then..." held it paused for 2 s).
+            self._turn_taker.commit(turn)
             return
         turn.speculate()
         # Until the transcript of all the speech is in, assume the user goes on: a

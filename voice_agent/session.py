@@ -187,6 +187,9 @@ class Session:
     def hears_own_voice(self, end: int) -> bool:
         return self.interruptions.hears_own_voice(end)
 
+    def holds_floor(self, turn: UserTurn) -> bool:
+        return turn.over_agent and not turn.may_withdraw and self.reply is not None
+
     def user_speaks(self, turn: UserTurn) -> None:
         """Interrupt the agent for real speech, not for "mm-hm" or a cough (:mod:`.interruptions`)."""
         if not turn.over_agent:

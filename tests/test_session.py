@@ -975,3 +975,16 @@ async def test_an_answer_prepared_for_a_turn_that_gets_none_is_cancelled(monkeyp
     assert held_replies() == []
     assert h.of(AgentAudio) == []
     await h.session.close()
+
+
+async def test_speech_over_the_agent_ends_on_a_short_silence_whatever_its_words():
+    h = Harness(answer=" ".join(f"w{i}." for i in range(40)), end_silence_incomplete_ms=2000)
+    await h.feed(tone(0.5), realtime=False)
+    await h.feed(quiet(0.3))
+    await h.until(lambda: h.of(AgentAudio))
+    h.stt.text = "And"  # one word that stops no one, and a sentence left unfinished: 2 s of silence for a user's turn
+    await h.feed(tone(0.4))
+    assert h.session.listener.turn is not None and h.session.listener.turn.over_agent
+    await h.feed(quiet(0.6))
+    assert h.session.listener.turn is None  # over on the complete-sentence silence: the word alone then decides
+    await h.session.close()

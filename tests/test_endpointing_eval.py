@@ -186,3 +186,17 @@ def test_probe_summary_per_kind():
     assert s["interruption"]["outcomes"] == {"cleared": 2, "paused": 1}
     assert s["interruption"]["stop_ms"]["n"] == 2 and s["interruption"]["stop_ms"]["p50"] == 400.0
     assert (s["noise"]["probes"], s["noise"]["judged"]) == (2, 1)
+
+
+def test_a_clear_after_the_deadline_counts_until_the_next_turn():
+    # Paused by a noise until its turn ended, then cleared by its words: 2 s after the deadline (end + 2 s).
+    received = [*frames(0.0, 2.3), MessageIn(6.5, "clear")]
+    late = probe_outcome(received, onset=2.0, end=2.5, until=8.0)
+    assert late["outcome"] == "cleared" and late["clear_ms"] == pytest.approx(4500.0)
+    assert probe_outcome(received, onset=2.0, end=2.5, until=6.0)["outcome"] == "stopped"  # the next turn's
+    assert probe_outcome(received, onset=2.0, end=2.5)["outcome"] == "stopped"
+    # Talking on past the deadline, then cleared before the next turn: cleared too.
+    assert (
+        probe_outcome([*frames(0.0, 6.0), MessageIn(5.0, "clear")], onset=2.0, end=2.5, until=8.0)["outcome"]
+        == "cleared"
+    )

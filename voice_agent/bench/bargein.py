@@ -102,11 +102,13 @@ def run(args: argparse.Namespace) -> int:
 def probe_results(trace: RunTrace) -> list[dict]:
     """What the agent did about each probe of one replayed run."""
     results = []
-    for sent in trace.turns:
+    for index, sent in enumerate(trace.turns):
         tag = next((tag for tag in sent.turn.tags if tag in PROBE_TAGS), None)
         if tag is None:
             continue
-        outcome = bargein.probe_outcome(trace.received, sent.speech_start_at, sent.speech_end_at)
+        following = trace.turns[index + 1 :]
+        until = following[0].speech_start_at if following else float("inf")
+        outcome = bargein.probe_outcome(trace.received, sent.speech_start_at, sent.speech_end_at, until=until)
         results.append({"name": sent.turn.name, "tag": tag, "repeat": trace.repeat, **outcome})
     return results
 

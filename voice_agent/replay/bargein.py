@@ -22,13 +22,17 @@ from .measure import GLITCH_S, MessageIn, Received, bridged, distribution, playb
 SETTLE_S = 2.0
 
 
-def probe_outcome(received: Sequence[Received], onset: float, end: float, settle_s: float = SETTLE_S) -> dict:
+def probe_outcome(
+    received: Sequence[Received], onset: float, end: float, settle_s: float = SETTLE_S, until: float | None = None
+) -> dict:
     """What the agent did about a sound from ``onset`` to ``end`` (client instants).
 
     ``outcome`` is one of
 
     - ``not playing``: no answer was sounding at ``onset``; nothing to judge;
-    - ``cleared``: a ``clear`` came before ``end + settle_s``: the agent gave up its answer;
+    - ``cleared``: a ``clear`` came before ``end + settle_s``, or later but before ``until`` (the next turn
+      of the script): the agent gave up its answer. A sound over the agent can hold it paused until its
+      turn ends, and then clear it: a door slam read as "It's fine." did, 2 s after the deadline;
     - ``paused``: it fell silent, and went on before the deadline without a ``clear``;
     - ``stopped``: it fell silent, and said nothing more before the deadline, without a ``clear``;
     - ``kept talking``: it never fell silent in that time.
@@ -48,13 +52,15 @@ def probe_outcome(received: Sequence[Received], onset: float, end: float, settle
     }
     if playing is None:
         return result
+    clears_until = deadline if until is None else max(deadline, until)
     clear_at = next(
-        (m.at for m in received if isinstance(m, MessageIn) and m.type == "clear" and onset <= m.at < deadline), None
+        (m.at for m in received if isinstance(m, MessageIn) and m.type == "clear" and onset <= m.at < clears_until),
+        None,
     )
     silent_at = intervals[playing][1]
     if clear_at is not None:
         result["clear_ms"] = _ms(clear_at, onset)
-    if silent_at >= deadline:
+    if silent_at >= deadline and clear_at is None:
         result["outcome"] = "kept talking"
         return result
     result["stop_ms"] = _ms(silent_at, onset)

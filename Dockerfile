@@ -23,7 +23,7 @@ WORKDIR /app
 COPY pyproject.toml README.md ./
 COPY voice_agent ./voice_agent
 # llama.cpp for any x86-64 CPU of the last ten years (AVX2), not the build machine's: the
-# image runs elsewhere, and AMX kernels crash on CPUs that have them (see README).
+# image runs elsewhere, and the AMX kernels crashed on a Xeon that has AMX (see README).
 ENV CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON"
 # Pinned to the versions the CPU tests run (vLLM 0.32.0) and the lock of .venv.
 RUN pip install \

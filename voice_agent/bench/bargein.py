@@ -106,8 +106,7 @@ def probe_results(trace: RunTrace) -> list[dict]:
         tag = next((tag for tag in sent.turn.tags if tag in PROBE_TAGS), None)
         if tag is None:
             continue
-        following = trace.turns[index + 1 :]
-        until = following[0].speech_start_at if following else float("inf")
+        until = trace.turns[index + 1].speech_start_at if index + 1 < len(trace.turns) else float("inf")
         outcome = bargein.probe_outcome(trace.received, sent.speech_start_at, sent.speech_end_at, until=until)
         results.append({"name": sent.turn.name, "tag": tag, "repeat": trace.repeat, **outcome})
     return results

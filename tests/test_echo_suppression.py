@@ -108,3 +108,31 @@ def test_a_lone_window_of_speech_is_what_is_left_of_the_echo():
     assert without_lone_windows(speech).astype(int).tolist() == [0, 0, 0, 0, 0, 1, 1, 0, 0, 0]
     # Scattered over a loud echo, three such windows are no speech to transcribe.
     assert speech_only(np.ones(10 * WINDOW, np.float32), without_lone_windows(speech)) is None
+
+
+def hiss_over_the_echo(listen_until_s: float):
+    """The agent plays 4 s, paced in real time; its echo comes back -18 dB, 150 ms late; a loud hiss starts at
+    2.7 s, before the speech the check is about (at 3.6 s). The listener's echo test runs up to ``listen_until_s``."""
+    reference = EchoReference(origin=0.0)
+    agent = voice(1, 4.0)
+    heard = through_room(agent, -18.0, 150.0)
+    heard[int(2.7 * RATE) :] += np.random.default_rng(5).normal(0, 0.15, len(heard) - int(2.7 * RATE))
+    for sent in range(0, len(agent), 320):
+        reference.played(agent[sent : sent + 320], RATE, sent / RATE)
+        end = sent + 320
+        if end % WINDOW < 320 and INPUT_SAMPLES <= end <= listen_until_s * RATE:
+            reference.explains(heard[end - INPUT_SAMPLES : end], end / RATE)
+    return reference, heard
+
+
+def test_a_loud_sound_over_an_echo_found_again_and_again_keeps_its_path():
+    reference, heard = hiss_over_the_echo(2.6)  # the echo test explained separate windows from 0.5 s on
+    path = reference.echo_path(heard, 4.0, int(3.6 * RATE))
+    assert path is not None
+    assert abs(path[1] - 15) <= 2
+
+
+def test_a_loud_sound_over_a_path_found_once_is_no_echo():
+    # Found in one window only: it may be another voice keeping the output's rhythm by chance.
+    reference, heard = hiss_over_the_echo(0.9)
+    assert reference.echo_path(heard, 4.0, int(3.6 * RATE)) is None

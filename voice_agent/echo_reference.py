@@ -34,6 +34,9 @@ MAX_LAG_S = 0.48  # the way back: the client's playback, the room (50 to 250 ms)
 # 0.94 for synthetic voices); once found, its lag is where to look, and less is needed there.
 MIN_CORRELATION = 0.9
 PATH_CORRELATION = 0.75
+# Separate input windows explained as echo before its path is the call's for sure: another voice correlates
+# with the output by chance now and then (above), not window after window.
+PATH_CONFIRMATIONS = 3
 # Quieter than played, as every echo path is: the envelopes of the rig's -10 dB rooms compare at about
 # 0.45, their loudest blocks smeared by the room; an 8 dB loss at 0.56.
 MAX_GAIN = 0.7
@@ -84,6 +87,8 @@ class EchoReference:
         self._drains = 0  # index where the client's queue runs dry
         self._resampler: StreamResampler | None = None
         self._lag: int | None = None  # blocks: the echo path's delay, once one has been found
+        self._finds = 0  # separate input windows explained as echo since the path was last forgotten
+        self._last_find = -INPUT_SAMPLES  # reference index where the last of them ended
 
     def _index(self, at: float) -> int:
         return int(round((at - self._origin) * PIPELINE_RATE))
@@ -158,7 +163,11 @@ class EchoReference:
         # side (the room smears, the lag is found to a block), the room carrying earlier blocks on.
         near = lags[max(0, best - SMEAR_BLOCKS) : best + SMEAR_BLOCKS + 1, -ONSET_BLOCKS - SMEAR_BLOCKS :]
         predicted = gain * float(near.max())
-        return float(heard_env[-ONSET_BLOCKS:].max()) <= ONSET_MARGIN * predicted + SILENT_RMS
+        explained = float(heard_env[-ONSET_BLOCKS:].max()) <= ONSET_MARGIN * predicted + SILENT_RMS
+        if explained and end - self._last_find >= window:
+            self._finds += 1
+            self._last_find = end
+        return explained
 
     def silent_under(self, heard: np.ndarray, heard_end_at: float) -> bool:
         """Whether ``heard`` (16 kHz input, its last sample arriving at ``heard_end_at``; over
@@ -180,6 +189,7 @@ class EchoReference:
         scripts/bargein_eval without the echo rig), and a path, once found, takes the user's words for echo.
         """
         self._lag = None
+        self._finds = 0
 
     def echo_path(self, heard: np.ndarray, heard_end_at: float, echo_alone: int) -> tuple[np.ndarray, int] | None:
         """The output as it played over ``heard`` (16 kHz input, its last sample arriving at ``heard_end_at``),
@@ -214,5 +224,10 @@ class EchoReference:
             lag = self._lag  # the path this call's echo took before
         played = lags[lag]
         if float(heard_env[first:last] @ played) > MAX_GAIN * float(played @ played):
-            return None  # louder than the output: no echo path is (a voice that happens to keep its rhythm)
+            if self._finds < PATH_CONFIRMATIONS:
+                return None  # louder than the output: no echo path is (a voice that happens to keep its rhythm)
+            # A loud sound over a call's echo (a hiss, a passing truck) hides the echo without taking it
+            # away: its path is still where the echo comes back, and the suppression's fit finds the echo's
+            # share under the noise (scripts/bargein_eval's long hiss read "I'm up." with the echo left in).
+            lag = self._lag
         return reference[max_lag:], lag * BLOCK // HOP

@@ -52,6 +52,12 @@ def test_a_glitch_an_answers_end_or_a_gap_with_a_new_turn_in_it_is_no_stop():
     assert echo_stops(received, [(0.5, 0.6, True)]) == {"clears": [], "pauses": [], "stopped": [], "turns": []}
 
 
+def test_a_chunk_a_little_late_is_no_stop():
+    # 80 ms without the agent's voice, mid-answer: longer than the glitches bridged, shorter than a pause.
+    received = [*frames(0.0, 10), *frames(0.28, 50), agent_final(1.3)]
+    assert echo_stops(received, [])["stopped"] == []
+
+
 def test_a_slow_final_transcript_of_the_users_own_turn_is_theirs():
     # The user stops at 1.0 s; on a busy machine the final comes at 2.0 s, before any answer.
     received = [user_final(2.0), *frames(2.5, 10), user_final(4.0)]

@@ -87,6 +87,8 @@ def echo_stops(received: Sequence[Received], turns: Sequence[tuple[float, float,
         )
         if any(silent_at <= at <= until for at in clears):
             kind = "clears"
+        elif resumes_at is not None and resumes_at - silent_at < MIN_PAUSE_S:
+            continue  # too short to hear as a pause: a chunk a little late
         elif (
             resumes_at is not None
             and MIN_PAUSE_S <= resumes_at - silent_at < CLEAR_AFTER_SILENCE_S

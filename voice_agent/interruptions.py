@@ -297,7 +297,7 @@ class Interruptions:
                 "session %s: barge-in check after %.0f ms of speech, %s: %r",
                 session.id,
                 turn.speech_ms,
-                "no echo path" if echo is None else f"echo out at lag {echo[2]}",
+                "no echo path" if echo is None else f"echo out at lag {echo[2]}, {spoken_ms:.0f} ms of speech left",
                 text,
             )
         except Exception:

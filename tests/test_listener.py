@@ -196,6 +196,7 @@ async def test_a_pause_after_a_finished_sentence_that_the_user_goes_on_from_is_l
     await feed(made, np.concatenate([quiet(0.5), tone(0.6), quiet(0.7), tone(0.6)]))  # 700 ms: thinking
     assert not any(kind == "commit" for kind, *_ in floor.calls)
     assert 950 <= made._detector.habit.telling_ms(900) <= 1050  # the pause, ~700 ms in 32 ms windows, + 300
+    assert made._detector.habit.longest_within_turns_ms() >= 650  # its questions lose the quick commit too
     # Now a 950 ms pause would have cut the user off before; the learned habit waits it out.
     await feed(made, np.concatenate([quiet(0.95), tone(0.6)]))
     assert not any(kind == "commit" for kind, *_ in floor.calls)
@@ -213,4 +214,5 @@ async def test_a_user_who_talks_into_the_answer_teaches_the_pause_too():
     floor.begin_turn = lambda start: (committed_start, False)  # the session merges the two turns
     await feed(made, np.concatenate([quiet(0.5), tone(0.3)]))  # back 1.1 s after the first part's last word
     assert 1300 <= made._detector.habit.telling_ms(400) <= 1500
+    assert made._detector.habit.longest_within_turns_ms() == 0  # it may be a correction: questions keep theirs
     await made.close()

@@ -27,3 +27,14 @@ def test_only_recent_pauses_count():
     for _ in range(RECENT_PAUSES):
         habit.went_on_after(400)
     assert habit.telling_ms(350) == 400 + PAUSE_MARGIN_MS
+
+
+def test_only_pauses_within_a_turn_say_how_long_the_user_thinks_between_sentences():
+    habit = PauseHabit()
+    assert habit.longest_within_turns_ms() == 0
+    habit.went_on_after(900, into_answer=True)  # "Sorry, make that five people": a correction as often as more
+    assert habit.longest_within_turns_ms() == 0
+    assert habit.telling_ms(350) == 900 + PAUSE_MARGIN_MS  # a telling still waits past it
+    habit.went_on_after(800)
+    habit.went_on_after(400)
+    assert habit.longest_within_turns_ms() == 800

@@ -163,4 +163,22 @@ def test_a_user_who_paused_longer_than_the_telling_silence_gets_more():
     detector = TurnDetector(complete_ms=350, default_ms=600, incomplete_ms=2000, confident_ms=200, telling_ms=2000)
     detector.habit.went_on_after(1920)
     assert detector.required_silence_ms(signals("And it's great joy.", logprob=-0.7)) == 2220
-    assert detector.required_silence_ms(signals("Are you open?", logprob=-0.1)) == 200  # questions are not tellings
+    # Their questions are not tellings, but a finished sentence has not ended their turn before: no quick commit.
+    assert detector.required_silence_ms(signals("Are you open?", logprob=-0.1)) == 600
+
+
+@pytest.mark.parametrize(
+    "pause_ms, into_answer, silence",
+    [
+        (None, False, 200),  # never paused: the quick commit
+        (400, False, 200),  # the rhythm between sentences ("Sorry. Make that five people.")
+        (600, False, 600),  # thought as long as the silence that gives no hint
+        (900, True, 200),  # talked into the answer: as often a correction as more of the turn
+    ],
+)
+def test_a_question_waits_the_no_hint_silence_for_a_user_who_thinks_within_turns(pause_ms, into_answer, silence):
+    detector = TurnDetector(complete_ms=350, default_ms=600, incomplete_ms=2000, confident_ms=200, telling_ms=2000)
+    if pause_ms is not None:
+        detector.habit.went_on_after(pause_ms, into_answer=into_answer)
+    assert detector.required_silence_ms(signals("Are you open?", logprob=-0.1)) == silence
+    assert detector.required_silence_ms(signals("Yes.", answer=Completeness.COMPLETE)) == 200  # answers the agent

@@ -300,7 +300,7 @@ class Listener:
         _, _, finished = self._last_commit
         self._last_commit = None
         if finished:
-            self._detector.habit.went_on_after(self._gap_since_commit * 1000 / PIPELINE_RATE)
+            self._detector.habit.went_on_after(self._gap_since_commit * 1000 / PIPELINE_RATE, into_answer=True)
 
     def _trim_audio(self) -> None:
         """Keep the current turn's audio, that of a turn that may yet merge with the next, and the pre-roll."""

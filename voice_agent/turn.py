@@ -249,11 +249,20 @@ class TurnDetector:
         """The silence that ends the turn; a bare transcript is the rules alone."""
         if not isinstance(signals, TurnSignals):
             signals = TurnSignals(signals)
-        if signals_agree_it_is_over(signals):
-            return self.confident_ms
-        silence = self._silence_ms[fused_completeness(signals)]
-        if signals.answer is None and self._tells_and_may_go_on(signals):
+        silence = (
+            self.confident_ms if signals_agree_it_is_over(signals) else self._silence_ms[fused_completeness(signals)]
+        )
+        if signals.answer is not None:
+            return silence
+        if self._tells_and_may_go_on(signals):
             return max(silence, self.habit.telling_ms(self.telling_ms))
+        no_hint = self._silence_ms[Completeness.UNKNOWN]
+        if self.habit.longest_within_turns_ms() >= no_hint:
+            # A user who thought that long within a turn after a finished sentence may do so after a question
+            # too: "Does anyone want to see Steve's feedback from there? ... from the specification?" (AMI,
+            # 780 ms), which every signal but Smart Turn called over. A shorter pause is the rhythm between
+            # sentences ("Sorry. Make that five people."); the answer to the agent's question is not held back.
+            return max(silence, no_hint)
         return silence
 
     @staticmethod

@@ -62,3 +62,46 @@ async def test_a_consumer_that_goes_away_frees_a_worker_waiting_for_room():
     await items.aclose()
     assert threads.active_workers() == 0
     assert producer.produced < producer.total
+
+
+async def test_a_consumer_cancelled_again_while_closing_still_waits_for_the_worker():
+    # What the worker holds (a llama.cpp context) must be free once the consumer has gone, however often it
+    # was cancelled: a second decode on the same context crashes the process.
+    computing, release = threading.Event(), threading.Event()
+    finished = []
+
+    def produce():
+        computing.set()
+        release.wait(5)
+        yield 1
+        finished.append(True)
+
+    async def consume():
+        async for _ in iterate_in_thread(produce):
+            pass
+
+    task = asyncio.create_task(consume())
+    await asyncio.to_thread(computing.wait, 5)
+    task.cancel()
+    await asyncio.sleep(0.05)
+    task.cancel()
+    await asyncio.sleep(0.05)
+    assert not task.done()  # still waiting for the worker, which is inside next()
+    release.set()
+    await asyncio.wait([task])
+    assert task.cancelled()
+    assert threads.active_workers() == 0
+
+
+async def test_outlast_waits_through_cancellations_and_then_raises_one():
+    release = threading.Event()
+    work = asyncio.get_running_loop().run_in_executor(None, release.wait, 5)
+    waiting = asyncio.create_task(threads.outlast(work))
+    for _ in range(3):
+        await asyncio.sleep(0.02)
+        waiting.cancel()
+    await asyncio.sleep(0.02)
+    assert not waiting.done()
+    release.set()
+    await asyncio.wait([waiting])
+    assert work.done() and waiting.cancelled()

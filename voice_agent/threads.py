@@ -101,5 +101,23 @@ async def iterate_in_thread(
             yield item
     finally:
         stop.set()
-        # Shielded so a cancelled consumer still waits until the worker let go.
-        await asyncio.shield(worker)
+        await outlast(worker)
+
+
+async def outlast(work: asyncio.Future) -> None:
+    """Wait until ``work`` (a thread's) is done, however often the waiting task is cancelled meanwhile; then
+    raise the cancellation, if any.
+
+    A thread cannot be stopped, and what it holds (a llama.cpp context) is not free until it returns:
+    ``await asyncio.shield(work)`` alone returns at the second cancellation (a barge-in cancels an answer that
+    is closing already), and a second thread then decodes on the same context: llama.cpp crashed the
+    server with a segmentation fault (scripts/bargein_eval).
+    """
+    cancelled = False
+    while not work.done():
+        try:
+            await asyncio.wait([work])
+        except asyncio.CancelledError:
+            cancelled = True
+    if cancelled:
+        raise asyncio.CancelledError

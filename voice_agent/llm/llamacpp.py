@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from ..threads import iterate_in_thread
+from ..threads import iterate_in_thread, outlast
 from .base import Message
 from .requantize import q8_0_copy
 
@@ -235,12 +235,10 @@ class LlamaCppBackend:
         loop = asyncio.get_running_loop()
         work = loop.run_in_executor(self._executor, self._end_of_turn_logprob, instance.llama, messages)
         try:
-            logprob = await asyncio.shield(work)
-        except asyncio.CancelledError:
-            await asyncio.wait([work])  # an evaluation cannot be stopped: the instance is free after it
-            raise
+            await outlast(work)  # an evaluation cannot be stopped: the instance is free after it
         finally:
             await self._give_back(instance)
+        logprob = work.result()
         self._read(key, logprob)  # the answer to these messages, on this instance, samples at once: read already
         return logprob
 
@@ -333,12 +331,10 @@ class LlamaCppBackend:
         loop = asyncio.get_running_loop()
         work = loop.run_in_executor(self._executor, self._evaluate, instance.llama, messages)
         try:
-            await asyncio.shield(work)
-        except asyncio.CancelledError:
-            await asyncio.wait([work])  # an evaluation cannot be stopped: the instance is free after it
-            raise
+            await outlast(work)  # an evaluation cannot be stopped: the instance is free after it
         finally:
             await self._give_back(instance)
+        work.result()
 
     def _generate(self, llama, messages: list[Message], loop: asyncio.AbstractEventLoop, read: bool) -> Iterator[str]:
         if read:

@@ -62,3 +62,15 @@ def test_a_slow_final_transcript_of_the_users_own_turn_is_theirs():
     # The user stops at 1.0 s; on a busy machine the final comes at 2.0 s, before any answer.
     received = [user_final(2.0), *frames(2.5, 10), user_final(4.0)]
     assert echo_stops(received, [(0.0, 1.0, False)])["turns"] == [4.0]
+
+
+def agent_partial(at: float) -> MessageIn:
+    return MessageIn(at, "transcript", {"role": "agent", "text": "Hello there. More", "final": False})
+
+
+def test_a_chunk_synthesized_late_is_no_pause_and_a_pause_at_a_chunks_start_is_one():
+    late = [agent_partial(0.0), *frames(0.0, 10), agent_partial(0.5), *frames(0.5, 10), agent_final(0.75)]
+    assert echo_stops(late, [])["pauses"] == []
+    # The chunk was announced while the one before still played (sent ahead), then its audio held back.
+    held = [agent_partial(0.0), *frames(0.0, 10), agent_partial(0.15), *frames(0.5, 10), agent_final(0.75)]
+    assert echo_stops(held, [])["pauses"] == [pytest.approx(0.2)]

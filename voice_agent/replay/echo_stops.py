@@ -12,7 +12,9 @@ hear it: when the agent's voice fell silent.
   back within ``CLEAR_AFTER_SILENCE_S``, with neither a user turn nor the
   end of the answer (its final transcript) in between (the
   session pauses while it checks overlapping words). A chunk that comes late
-  looks the same, so compare with a run without echo;
+  is no pause: the server announces each chunk (the agent's partial
+  transcript) with its first audio, so a silence that such an announcement
+  ends was the next chunk's synthesis, not the agent holding back audio it had;
 - ``stopped``: its voice fell silent for good without a ``clear``, and the
   answer had not ended: the agent's final transcript, which the server sends
   as an answer's last audio goes out, did not come within ``END_SLACK_S``;
@@ -38,6 +40,7 @@ from .measure import (
     Received,
     bridged,
     is_final_transcript,
+    is_partial_transcript,
     playback_intervals,
 )
 
@@ -75,6 +78,7 @@ def echo_stops(received: Sequence[Received], turns: Sequence[tuple[float, float,
     clears = [m.at for m in received if isinstance(m, MessageIn) and m.type == "clear"]
     finals = [m.at for m in received if is_final_transcript(m, "user")]
     answered = [m.at for m in received if is_final_transcript(m, "agent")]
+    chunk_starts = [m.at for m in received if is_partial_transcript(m, "agent")]
     intervals = bridged(playback_intervals(received), GLITCH_S)
     echo_turns = [at for at in finals if outside(at) and after_agent_voice(at)]
     stops: dict[str, list[float]] = {"clears": [], "pauses": [], "stopped": [], "turns": echo_turns}
@@ -89,6 +93,8 @@ def echo_stops(received: Sequence[Received], turns: Sequence[tuple[float, float,
             kind = "clears"
         elif resumes_at is not None and resumes_at - silent_at < MIN_PAUSE_S:
             continue  # too short to hear as a pause: a chunk a little late
+        elif resumes_at is not None and any(silent_at <= at <= resumes_at for at in chunk_starts):
+            continue  # the next chunk came late
         elif (
             resumes_at is not None
             and MIN_PAUSE_S <= resumes_at - silent_at < CLEAR_AFTER_SILENCE_S

@@ -205,6 +205,16 @@ def is_final_transcript(item: Received, role: str) -> TypeGuard[MessageIn]:
     )
 
 
+def is_partial_transcript(item: Received, role: str) -> TypeGuard[MessageIn]:
+    """A transcript so far: for the agent, sent as each chunk's first audio goes out."""
+    return (
+        isinstance(item, MessageIn)
+        and item.type == "transcript"
+        and item.fields.get("role") == role
+        and not item.fields.get("final")
+    )
+
+
 def dry_spells(received: Sequence[Received]) -> list[float]:
     """Seconds the client's player ran dry in the middle of an answer.
 

@@ -24,8 +24,10 @@ BARGE_RECHECK_MS = 160  # more overlapping speech since the last check: look aga
 # noise, or what is left of the echo, as a single word ("out", "down", "but", "you"
 # in scripts/bargein_eval's echo rig); any other lone word waits for more speech.
 # A word that begins with one of four letters or more counts too: "cancelled", "stopping".
+# Not "enough": it is what Whisper made of a "mm-hmm" over the echo in three rig runs, and once offline in
+# the same check's audio; "That's enough." still stops the agent, as words.
 STOP_WORDS = frozenset(
-    """wait stop no nope hold hang sorry pardon excuse hey what cancel enough quiet actually listen
+    """wait stop no nope hold hang sorry pardon excuse hey what cancel quiet actually listen
     hello repeat again""".split()
 )
 

@@ -853,16 +853,16 @@ async def test_an_echo_path_found_by_chance_is_forgotten_at_an_onset_in_silence(
     await h.session.close()
 
 
-async def test_no_onset_pause_once_the_agents_own_voice_came_back(monkeypatch):
+async def test_an_onset_over_what_may_be_the_agents_echo_pauses_it_only_while_it_lasts(monkeypatch):
     h, calls = await answer_playing(monkeypatch)
-    h.session.interruptions.echo_heard = True  # speech over it may be its echo: the words decide
+    h.session.interruptions.echo_heard = True  # speech over it may be its echo
     await h.feed(tone(0.04))
     await h.feed(quiet(0.1))
-    assert calls == []
+    assert calls == ["pause", "resume"]
     await h.session.close()
 
 
-async def test_no_onset_pause_before_the_agents_echo_could_have_come_back(monkeypatch):
+async def test_an_onset_before_the_agents_echo_could_have_come_back_pauses_it_only_while_it_lasts(monkeypatch):
     calls = record_pauses(monkeypatch)
     h = Harness(answer=" ".join(f"w{i}." for i in range(40)))
     await h.feed(tone(0.5), realtime=False)
@@ -871,7 +871,7 @@ async def test_no_onset_pause_before_the_agents_echo_could_have_come_back(monkey
     calls.clear()
     await h.feed(tone(0.04))  # its first words: the silence before tells nothing of an echo yet
     await h.feed(quiet(0.1))
-    assert calls == []
+    assert calls == ["pause", "resume"]
     await h.session.close()
 
 

@@ -91,7 +91,9 @@ class Interruptions:
         self._judged: dict[int, int] = {}  # turn id: the input up to which its speech was judged no interruption
         self._onset_paused: Reply | None = None  # paused by speech too short yet for a turn (speech_begins)
         self._onset_spent = False  # this run of speech paused the agent once already
+        self._onset_over_echo = False  # that pause may be for the agent's echo: the echo test ends it
         self._word_held: int | None = None  # the turn whose one word keeps the agent paused (is_lone_word)
+        self._stop_read: int | None = None  # the turn over the echo that a reading found a stop word in
 
     def watching_output(self, send: Callable[[OutputEvent], None]) -> Callable[[OutputEvent], None]:
         """``send``, with the agent's audio and the client's buffer clears noted first, for :meth:`hears_own_voice`."""
@@ -130,9 +132,9 @@ class Interruptions:
         The pause its turn would bring at ``barge_in_min_speech_ms`` comes that much sooner, and so does the
         stop of an interruption. Speech that fades before it makes a turn (a click, a breath) resumes the
         answer within the client's output lead: the user hears no gap. Not where the turn would not pause
-        the agent at once (a longer ``barge_in_min_speech_ms``), nor where the agent's echo may be in the
-        speech (the input before it was not near silence while the agent talked): there the echo is taken
-        out first, and its own voice must not stutter it.
+        the agent at once (a longer ``barge_in_min_speech_ms``). Where the agent's echo may be in the speech
+        (the input before it was not near silence while the agent talked), its turn's echo test ends the
+        pause as soon as it finds no speech left once the echo is out, within the output lead too.
         """
         session = self._session
         reply = session.reply
@@ -143,13 +145,12 @@ class Interruptions:
             or reply.paused
             or not session.control.turn_detection.interrupt_response
             or self.policy.min_speech_ms > session.settings.vad_min_speech_ms
-            or self.echo_heard
-            or not self._no_echo_before(start)
         ):
             return
         reply.pause()
         self._onset_paused = reply
         self._onset_spent = True
+        self._onset_over_echo = self.echo_heard or not self._no_echo_before(start)
         # A run that hovers about the VAD's threshold makes no turn and never fades: past the output lead,
         # the user would hear the gap, for what may be nothing.
         asyncio.get_running_loop().call_later(session.settings.output_lead_ms / 1000, self._onset_ends, reply)
@@ -180,7 +181,9 @@ class Interruptions:
 
     def user_speaks(self, turn: UserTurn) -> None:
         """Another speech window of ``turn`` over the agent: interrupt it for real speech, not for "mm-hm"."""
-        self._onset_paused, self._onset_spent = None, False  # the turn's own pause and check take it from here
+        self._onset_spent = False
+        if not self._onset_over_echo:
+            self._onset_paused = None  # the turn's own pause and check take it from here
         session = self._session
         answer, reply = session.answer, session.reply
         if answer is None or reply is None or not session.control.turn_detection.interrupt_response:
@@ -196,6 +199,8 @@ class Interruptions:
         # agent falls silent for what is left at once, as in a session whose voice never came back. Without
         # that, once its voice came back, the words decide before it falls silent (LISTEN).
         echo_heard = self.echo_heard and echo is None and not turn.may_withdraw
+        if echo is None:
+            self._onset_ends(self._onset_paused)  # no echo to take out: the turn decides, as without one
         action = self.policy.decide(turn.speech_ms, turn.barge_checked_ms, checking, echo_heard)
         if action is BargeIn.NONE:
             return
@@ -224,9 +229,12 @@ class Interruptions:
             log.exception("session %s: taking the echo out failed", session.id)
             cleaned, speech = echo[0], np.ones(len(echo[0]) // WINDOW, bool)  # unknown: treat as speech
         if cleaned is None or session.reply is not reply or session.listener.turn is not turn:
-            return  # no speech; or the answer, or the turn, ended meanwhile: the resume is behind us
+            self._onset_ends(reply)  # no speech: a pause at its onset was for the echo
+            return  # or the answer, or the turn, ended meanwhile: the resume is behind us
         if self._judged.get(turn.id, -1) >= _speech_end(turn, speech):
+            self._onset_ends(reply)
             return  # the words were judged no interruption, and none came since: the agent goes on
+        self._onset_paused = None  # speech: paused for it now, the onset's timer must not resume the agent
         # Whatever the words, but only for that much speech once the echo is out (a hiss over it lasts long).
         if action is BargeIn.INTERRUPT and speech.sum() * WINDOW_MS >= self.policy.force_ms:
             self._yield_to(turn, "")
@@ -331,13 +339,19 @@ class Interruptions:
             if session.listener.turn is not turn:  # it ended while we listened, or this read all of it
                 reply.resume()
             return
-        if not whole and (lone or (echo is not None and not self.policy.has_stop_word(text))):
+        stop = self.policy.has_stop_word(text)
+        # Over the echo, a stop word read once may be a noise ("What?" for knocks, "No." for a laugh, "enough"
+        # for a "mm-hmm", in the echo rig): it stops the agent once a second reading of the turn holds one
+        # too, or the whole turn's does. The agent is paused meanwhile: only its clear waits.
+        first_stop = echo is not None and stop and self._stop_read != turn.id
+        if echo is not None and stop:
+            self._stop_read = turn.id
+        if not whole and (lone or (echo is not None and (not stop or first_stop))):
             # Judged again once more speech comes, still paused: a user who goes on has stopped the agent
             # already. If none comes, the whole turn's audio decides once it ends: Whisper read a hum's
             # first 300 ms as "in", and the whole of it as "NMM" (scripts/bargein_eval). Over the echo the
             # same holds for words that stop no one: what is left of the echo under an "mm-hmm" or a laugh
-            # read as "in the thumb." or "You're just a bit" (the echo rig); a user who said "No" or "Wait"
-            # stops the agent at once.
+            # read as "in the thumb." or "You're just a bit" (the echo rig).
             log.log(logs.words_level(), "session %s: not yet an interruption: %r", session.id, text)
             self._judged = {turn.id: heard_until}
             if session.listener.turn is turn:
@@ -345,7 +359,7 @@ class Interruptions:
             else:
                 self.check_whole(turn)
             return
-        if echo is not None and spoken_ms < WORDS_OVER_ECHO_MIN_MS and not self.policy.has_stop_word(text):
+        if echo is not None and spoken_ms < WORDS_OVER_ECHO_MIN_MS and not stop:
             log.log(
                 logs.words_level(),
                 "session %s: %.0f ms of speech, too short for words over the echo: %r",

@@ -21,16 +21,18 @@ import math
 import os
 import time
 from collections import OrderedDict
-from collections.abc import AsyncGenerator, Iterator
+from collections.abc import AsyncGenerator, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
 from ..threads import iterate_in_thread, outlast
 from .base import Message
 from .requantize import q8_0_copy
+
+T = TypeVar("T")
 
 log = logging.getLogger(__name__)
 
@@ -230,15 +232,7 @@ class LlamaCppBackend:
             return await asyncio.shield(self._answer_reading(key))
         if self.idle_instances < 1:
             return None
-        instance = await self._take(messages)
-        instance.prefilling = True
-        loop = asyncio.get_running_loop()
-        work = loop.run_in_executor(self._executor, self._end_of_turn_logprob, instance.llama, messages)
-        try:
-            await outlast(work)  # an evaluation cannot be stopped: the instance is free after it
-        finally:
-            await self._give_back(instance)
-        logprob = work.result()
+        logprob = await self._prefilling(messages, self._end_of_turn_logprob)
         self._read(key, logprob)  # the answer to these messages, on this instance, samples at once: read already
         return logprob
 
@@ -326,15 +320,19 @@ class LlamaCppBackend:
         """
         if self.idle_instances < 2:
             return
+        await self._prefilling(messages, self._evaluate)
+
+    async def _prefilling(self, messages: list[Message], evaluate: Callable[[Any, list[Message]], T]) -> T:
+        """``evaluate(llama, messages)`` on the instance that serves ``messages`` best, marked as filling its
+        cache with them meanwhile (an answer to them waits for it, :meth:`_take`)."""
         instance = await self._take(messages)
         instance.prefilling = True
-        loop = asyncio.get_running_loop()
-        work = loop.run_in_executor(self._executor, self._evaluate, instance.llama, messages)
+        work = asyncio.get_running_loop().run_in_executor(self._executor, evaluate, instance.llama, messages)
         try:
             await outlast(work)  # an evaluation cannot be stopped: the instance is free after it
         finally:
             await self._give_back(instance)
-        work.result()
+        return work.result()
 
     def _generate(self, llama, messages: list[Message], loop: asyncio.AbstractEventLoop, read: bool) -> Iterator[str]:
         if read:

@@ -196,23 +196,22 @@ def playback_intervals(received: Sequence[Received]) -> list[tuple[float, float]
     return [(a, b) for a, b in intervals]
 
 
-def is_final_transcript(item: Received, role: str) -> TypeGuard[MessageIn]:
+def _is_transcript(item: Received, role: str, final: bool) -> TypeGuard[MessageIn]:
     return (
         isinstance(item, MessageIn)
         and item.type == "transcript"
         and item.fields.get("role") == role
-        and bool(item.fields.get("final"))
+        and bool(item.fields.get("final")) is final
     )
+
+
+def is_final_transcript(item: Received, role: str) -> TypeGuard[MessageIn]:
+    return _is_transcript(item, role, final=True)
 
 
 def is_partial_transcript(item: Received, role: str) -> TypeGuard[MessageIn]:
     """A transcript so far: for the agent, sent as each chunk's first audio goes out."""
-    return (
-        isinstance(item, MessageIn)
-        and item.type == "transcript"
-        and item.fields.get("role") == role
-        and not item.fields.get("final")
-    )
+    return _is_transcript(item, role, final=False)
 
 
 def dry_spells(received: Sequence[Received]) -> list[float]:

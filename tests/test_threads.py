@@ -68,13 +68,11 @@ async def test_a_consumer_cancelled_again_while_closing_still_waits_for_the_work
     # What the worker holds (a llama.cpp context) must be free once the consumer has gone, however often it
     # was cancelled: a second decode on the same context crashes the process.
     computing, release = threading.Event(), threading.Event()
-    finished = []
 
     def produce():
         computing.set()
         release.wait(5)
         yield 1
-        finished.append(True)
 
     async def consume():
         async for _ in iterate_in_thread(produce):

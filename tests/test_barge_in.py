@@ -13,6 +13,24 @@ def policy(backchannels=("yeah", "mm hm", "mm", "okay", "i see")) -> BargeInPoli
 
 
 @pytest.mark.parametrize(
+    "text, cut_off",
+    [
+        ("x", True),  # Whisper's reading of the first 200 ms of "Actually"
+        ("K.", True),
+        ("N", False),  # the hum of a "mm-hmm"
+        ("m", False),
+        ("I", False),  # a word
+        ("a", False),
+        ("x y", False),
+        ("Actually", False),
+        ("", False),
+    ],
+)
+def test_a_consonant_alone_is_a_word_cut_off(text, cut_off):
+    assert BargeInPolicy.is_cut_off(text) is cut_off
+
+
+@pytest.mark.parametrize(
     "speech_ms, checked_ms, checking, expected",
     [
         (100, 0, False, BargeIn.NONE),  # too short to matter

@@ -834,6 +834,35 @@ async def test_a_word_that_turns_out_a_hum_once_the_turn_ends_does_not_interrupt
     await h.session.close()
 
 
+class CutOffSTT(FakeSTT):
+    """Whisper's way with the start of "Actually": it read the first 200 ms of one as "x" (scripts/bargein_eval)."""
+
+    async def transcribe(self, audio):
+        self.calls += 1
+        await asyncio.sleep(self.delay)
+        return "x" if np.sum(audio**2) / (0.3**2 / 2 * RATE) < 0.3 else "Actually, cancel that."
+
+
+async def test_a_consonant_read_alone_keeps_the_agent_paused_for_the_word_it_begins(monkeypatch):
+    # Resumed as for a hum, the agent would talk on until the next check.
+    h, calls = await answer_playing(monkeypatch)
+    h.session.engines.stt = CutOffSTT()
+    await h.feed(tone(0.6))
+    await h.until(lambda: h.of(Clear))
+    assert "resume" not in calls
+    await h.session.close()
+
+
+async def test_a_consonant_alone_in_the_whole_turn_is_a_noise(monkeypatch):
+    h, calls = await answer_playing(monkeypatch)
+    h.session.engines.stt = ScriptedSTT("K.")
+    await h.feed(tone(0.4))
+    await h.feed(quiet(0.5))
+    assert h.of(Clear) == []
+    assert calls[-1:] == ["resume"]
+    await h.session.close()
+
+
 async def test_a_word_the_whole_turn_confirms_interrupts_and_is_answered(monkeypatch):
     h, calls = await answer_playing(monkeypatch)
     h.session.engines.stt = ScriptedSTT("Tuesday.")

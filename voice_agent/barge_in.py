@@ -39,6 +39,9 @@ _HALLUCINATIONS = re.compile(
 )
 
 _VOWEL = re.compile(r"[aeiouy]")
+# A consonant alone that no hum or filler is spelt with: the first sound of a word the check cut off ("x" for
+# the "Ac" of "Actually" after 200 ms, in three of scripts/bargein_eval's echo-rig runs).
+_CUT_OFF = re.compile(r"[bcdfgjklpqrstvwxz]")
 _HUM = re.compile(r"[mnh]{2,}[aeiou]?")  # Whisper's spellings of "mm-hmm": "NMO", "NMA" ("no" is a word)
 
 
@@ -115,6 +118,12 @@ class BargeInPolicy:
         """One word that does not stop a speaker on its own (:data:`STOP_WORDS`)."""
         words = words_of(text)
         return len(words) == 1 and not _stops(words[0])
+
+    @staticmethod
+    def is_cut_off(text: str) -> bool:
+        """A consonant alone: a word begun, which more speech may finish, not a hum ("m", "n", "h")."""
+        words = words_of(text)
+        return len(words) == 1 and _CUT_OFF.fullmatch(words[0]) is not None
 
     @staticmethod
     def has_stop_word(text: str) -> bool:

@@ -321,12 +321,16 @@ class Interruptions:
             self._judged = {turn.id: heard_until}
             reply.resume()
             return
-        if self.policy.is_backchannel(text):
+        # A consonant alone is a word the check cut off, which more speech finishes ("x", then "Actually"): the
+        # agent stays paused for it as for a lone word, not resumed as for a hum. Read from the whole turn, it is
+        # a noise.
+        cut_off = not whole and self.policy.is_cut_off(text)
+        if not cut_off and self.policy.is_backchannel(text):
             log.log(logs.words_level(), "session %s: not an interruption: %r", session.id, text)
             self._judged = {turn.id: heard_until}
             reply.resume()
             return
-        lone = self.policy.is_lone_word(text)
+        lone = cut_off or self.policy.is_lone_word(text)
         if echo is not None and lone:
             # Over the echo, one word alone is what is left of it, or a noise read as a word ("out" for an
             # "uh-huh", in the echo rig): judged again once more speech comes; the agent goes on once the turn

@@ -338,6 +338,44 @@ async def test_one_word_over_the_echo_waits_for_more_speech(monkeypatch):
     await h.session.close()
 
 
+class OwnWordSTT:
+    """What is left of the agent's echo once it is taken out, read as the word the agent is saying (its "you",
+    in scripts/bargein_eval's echo rig)."""
+
+    def __init__(self, h):
+        self.h = h
+        self.calls = 0
+
+    async def transcribe(self, audio):
+        self.calls += 1
+        await asyncio.sleep(0.01)
+        reply = self.h.session.reply
+        return [chunk.text for chunk in reply.chunks if chunk.start_s <= reply.heard_s()][-1]
+
+
+@pytest.mark.wallclock
+async def test_a_word_of_its_own_left_over_the_echo_does_not_hold_the_agent(monkeypatch):
+    from voice_agent.reply import Reply
+
+    h, loudspeaker = await answering(monkeypatch, barge_in_force_ms=900)
+    h.session.engines.stt = stt = OwnWordSTT(h)
+    resumes = []  # at each resume after a check: whether the turn still went on
+    resume = Reply.resume
+
+    def recorded(reply):
+        if stt.calls:
+            resumes.append(h.session.listener.turn is not None)
+        resume(reply)
+
+    monkeypatch.setattr(Reply, "resume", recorded)
+    await loudspeaker.talk_over(1.2)
+    await loudspeaker.talk_over(1.0, user=voice(5, 0.4, level=0.6))
+    assert stt.calls
+    assert resumes[:1] == [True]  # at the check's reading, not once the turn ended
+    assert h.of(Clear) == []
+    await h.session.close()
+
+
 @pytest.mark.wallclock
 async def test_a_user_who_goes_on_after_one_word_over_the_echo_stops_the_agent(monkeypatch):
     h, loudspeaker = await answering(monkeypatch, barge_in_force_ms=900)

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import numpy as np
+
 from tests.test_session import Harness, quiet, tone
-from voice_agent.protocols.events import ResponseEnded, TurnIgnored
+from voice_agent.protocols.events import AgentAudio, ResponseEnded, TurnIgnored
 from voice_agent.user_turn import UserTurn
 from voice_agent.vad import WINDOW
 
@@ -69,4 +71,33 @@ async def test_speech_while_the_agent_is_silent_is_not_checked():
     turn = a_turn(h)
     h.session.interruptions.user_speaks(turn)
     assert turn.barge_check is None and h.stt.calls == 0
+    await h.session.close()
+
+
+async def test_words_the_agent_is_held_for_over_the_echo_wait_for_the_turns_end(monkeypatch):
+    # Over the echo, "over the line." for a "Hold on, what time is it open?" held the agent; the next check
+    # found no speech past it once the echo was out (the suppressor took the user's next 160 ms for echo),
+    # and the agent went on until the check after (scripts/bargein_eval's echo rig).
+    h = Harness(answer=" ".join(f"w{i}." for i in range(40)))
+    await h.feed(tone(0.5), realtime=False)
+    await h.feed(quiet(0.3))
+    await h.until(lambda: h.of(AgentAudio))
+    interruptions, reply = h.session.interruptions, h.session.reply
+    turn = a_turn(h, over_agent=True)
+    h.session.listener.turn = turn  # it goes on
+    silence = np.zeros(16 * WINDOW, np.float32)
+    echo = (silence, silence, 0, len(silence))
+    speech = np.ones(16, bool)
+    monkeypatch.setattr(interruptions, "_speech_without_echo", lambda *echo: (silence + 0.1, speech))
+    h.stt.text = "over the line."
+    reply.pause()
+    await interruptions._check(turn, silence, echo)
+    assert reply.paused and interruptions.holds_word(turn)
+    await interruptions._check(turn, silence, echo)  # the same speech, none since
+    assert reply.paused
+    # Once the turn ends its whole reading decides: here no speech at all once the echo is out.
+    monkeypatch.setattr(interruptions, "_speech_without_echo", lambda *echo: (None, np.zeros(16, bool)))
+    h.session.listener.turn = None
+    await interruptions._check(turn, silence, echo, whole=True)
+    assert not reply.paused
     await h.session.close()

@@ -293,9 +293,12 @@ class Interruptions:
                 spoken_ms = float(speech.sum()) * WINDOW_MS
                 if cleaned is None or (not whole and self._judged.get(turn.id, -1) >= heard_until):
                     # No speech; or none since words already judged no interruption (the echo after a "yeah"
-                    # keeps the turn going, and each new reading of the same "yeah" could go wrong).
+                    # keeps the turn going, and each new reading of the same "yeah" could go wrong). Not for
+                    # words the agent is held for: the suppressor took the user's next 160 ms for echo once
+                    # ("over the line.", then none, then "Hold on with...": the agent resumed in between), and
+                    # the whole turn's reading decides those at its end.
                     log.log(logs.words_level(), "session %s: no new speech once the echo is out", session.id)
-                    if session.reply is not None:
+                    if session.reply is not None and (whole or not self.holds_word(turn)):
                         session.reply.resume()
                     return
                 audio = cleaned

@@ -133,8 +133,8 @@ class Interruptions:
         stop of an interruption. Speech that fades before it makes a turn (a click, a breath) resumes the
         answer within the client's output lead: the user hears no gap. Not where the turn would not pause
         the agent at once (a longer ``barge_in_min_speech_ms``). Where the agent's echo may be in the speech
-        (the input before it was not near silence while the agent talked), its turn's echo test ends the
-        pause as soon as it finds no speech left once the echo is out, within the output lead too.
+        (the input before it was not near silence while the agent talked), the pause also ends with the
+        output lead, unless its turn's echo test finds speech left once the echo is out before then.
         """
         session = self._session
         reply = session.reply
@@ -228,9 +228,15 @@ class Interruptions:
         except Exception:
             log.exception("session %s: taking the echo out failed", session.id)
             cleaned, speech = echo[0], np.ones(len(echo[0]) // WINDOW, bool)  # unknown: treat as speech
-        if cleaned is None or session.reply is not reply or session.listener.turn is not turn:
-            self._onset_ends(reply)  # no speech: a pause at its onset was for the echo
-            return  # or the answer, or the turn, ended meanwhile: the resume is behind us
+        if session.reply is not reply or session.listener.turn is not turn:
+            self._onset_ends(reply)
+            return  # the answer, or the turn, ended meanwhile: the resume is behind us
+        if cleaned is None:
+            # No speech yet; a pause at the onset ends with the output lead (speech_begins), unless a window
+            # with speech comes first: the user's first 100 ms over a loud echo can leave none once it is out
+            # (resumed at once, the agent talked for 50 ms before the next window paused it again, in three of
+            # five interruptions of an echo-rig run).
+            return
         if self._judged.get(turn.id, -1) >= _speech_end(turn, speech):
             self._onset_ends(reply)
             return  # the words were judged no interruption, and none came since: the agent goes on

@@ -814,52 +814,47 @@ async def test_speech_that_neither_grows_nor_fades_pauses_the_agent_no_longer_th
     await h.session.close()
 
 
-class HumSTT(FakeSTT):
-    """Whisper's way with a "mm-hmm": it read the first 300 ms of one as "in", and all of it as "NMM"
-    (scripts/bargein_eval)."""
+class ToneLengthSTT(FakeSTT):
+    """Reads audio with less than ``seconds`` of the test tone in it as ``short``, and as ``long`` once it
+    holds more: Whisper's reading of a sound changes as it grows."""
+
+    def __init__(self, seconds: float, short: str, long: str):
+        super().__init__()
+        self.seconds, self.short, self.long = seconds, short, long
 
     async def transcribe(self, audio):
         self.calls += 1
         await asyncio.sleep(self.delay)
-        return "In." if np.sum(audio**2) / (0.3**2 / 2 * RATE) < 0.33 else "NMM"
+        return self.short if np.sum(audio**2) / (0.3**2 / 2 * RATE) < self.seconds else self.long
 
 
-async def test_a_word_that_turns_out_a_hum_once_the_turn_ends_does_not_interrupt(monkeypatch):
+@pytest.mark.parametrize(
+    "stt",
+    [
+        # Whisper read the first 300 ms of a "mm-hmm" as "in", and all of it as "NMM" (scripts/bargein_eval).
+        lambda: ToneLengthSTT(0.33, "In.", "NMM"),
+        lambda: ScriptedSTT("K."),  # a consonant alone, a word begun until the whole turn says it is a noise
+    ],
+    ids=["a word, then a hum", "a consonant"],
+)
+async def test_a_reading_that_turns_out_a_noise_once_the_turn_ends_does_not_interrupt(monkeypatch, stt):
     h, calls = await answer_playing(monkeypatch)
-    h.session.engines.stt = HumSTT()
+    h.session.engines.stt = stt()
     await h.feed(tone(0.4))
     await h.feed(quiet(0.5))
     assert h.of(Clear) == []
     assert calls[-1:] == ["resume"]
     await h.session.close()
-
-
-class CutOffSTT(FakeSTT):
-    """Whisper's way with the start of "Actually": it read the first 200 ms of one as "x" (scripts/bargein_eval)."""
-
-    async def transcribe(self, audio):
-        self.calls += 1
-        await asyncio.sleep(self.delay)
-        return "x" if np.sum(audio**2) / (0.3**2 / 2 * RATE) < 0.3 else "Actually, cancel that."
 
 
 async def test_a_consonant_read_alone_keeps_the_agent_paused_for_the_word_it_begins(monkeypatch):
-    # Resumed as for a hum, the agent would talk on until the next check.
+    # Whisper read the first 200 ms of "Actually" as "x" (scripts/bargein_eval). Resumed as for a hum, the
+    # agent would talk on until the next check.
     h, calls = await answer_playing(monkeypatch)
-    h.session.engines.stt = CutOffSTT()
+    h.session.engines.stt = ToneLengthSTT(0.3, "x", "Actually, cancel that.")
     await h.feed(tone(0.6))
     await h.until(lambda: h.of(Clear))
     assert "resume" not in calls
-    await h.session.close()
-
-
-async def test_a_consonant_alone_in_the_whole_turn_is_a_noise(monkeypatch):
-    h, calls = await answer_playing(monkeypatch)
-    h.session.engines.stt = ScriptedSTT("K.")
-    await h.feed(tone(0.4))
-    await h.feed(quiet(0.5))
-    assert h.of(Clear) == []
-    assert calls[-1:] == ["resume"]
     await h.session.close()
 
 

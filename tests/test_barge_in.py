@@ -76,6 +76,8 @@ def test_without_backchannels_any_speech_past_the_minimum_interrupts():
         ("Stop.", False),
         ("Thank you for watching.", True),  # Whisper's reading of a door slam over the echo
         ("Thanks for watching, but what about Paris?", False),
+        ("I'm gonna go to the end of the video.", True),  # its reading of a laugh over the echo
+        ("I'm going to the end of the street.", False),
     ],
 )
 def test_what_counts_as_an_acknowledgement(text, acknowledgement):

@@ -32,9 +32,11 @@ STOP_WORDS = frozenset(
 )
 
 # What Whisper writes for a noise or near-silence, learnt from its training subtitles: no one's words.
-# "Thank you for watching." was its reading of a door slam over the echo (scripts/bargein_eval).
+# "Thank you for watching." was its reading of a door slam over the echo, and "I'm gonna go to the end of the
+# video." of noises over it in four runs, once clearing the agent for a laugh (scripts/bargein_eval).
 _HALLUCINATIONS = re.compile(
     r"\b(?:thank you (?:so much )?for watching|thanks for watching|please subscribe"
+    r"|i'm (?:gonna|going to) go to the end of the video"
     r"|subtitles by(?: the amara org community)?|transcribed by)\b"
 )
 

@@ -9,7 +9,7 @@ import zlib
 import numpy as np
 import pytest
 
-from tests.test_session import Harness, ScriptedSTT, quiet, record_pauses, tone
+from tests.test_session import Harness, ScriptedSTT, quiet, record_pauses, tone, watch_pauses
 from voice_agent.echo_reference import INPUT_SAMPLES, QUIET_INPUT_SAMPLES, EchoReference
 from voice_agent.protocols.events import AgentAudio, AudioReceived, Clear
 from voice_agent.replay.echo import Echo, EchoPath
@@ -220,23 +220,16 @@ async def answering(monkeypatch, **settings) -> tuple[Harness, Loudspeaker]:
 
 def timed_pauses(monkeypatch) -> list[float]:
     """How long each pause of a reply lasted, in seconds, as it resumes."""
-    from voice_agent.reply import Reply
-
     lasted: list[float] = []
     since: dict[int, float] = {}
-    pause, resume = Reply.pause, Reply.resume
 
-    def paused(reply):
-        since.setdefault(id(reply), time.monotonic())
-        pause(reply)
-
-    def resumed(reply):
-        if id(reply) in since:
+    def timed(name, reply):
+        if name == "pause":
+            since.setdefault(id(reply), time.monotonic())
+        elif id(reply) in since:
             lasted.append(time.monotonic() - since.pop(id(reply)))
-        resume(reply)
 
-    monkeypatch.setattr(Reply, "pause", paused)
-    monkeypatch.setattr(Reply, "resume", resumed)
+    watch_pauses(monkeypatch, timed)
     return lasted
 
 
@@ -274,17 +267,14 @@ async def test_the_user_speaking_over_the_echo_stops_the_agent(monkeypatch):
 
 @pytest.mark.wallclock
 async def test_the_user_over_the_echo_silences_the_agent_before_their_speech_makes_a_turn(monkeypatch):
-    from voice_agent.reply import Reply
-
     h, loudspeaker = await answering(monkeypatch)
     turns_at_pause = []
-    pause = Reply.pause
 
-    def recorded(reply):
-        turns_at_pause.append(h.session.listener.turn)
-        pause(reply)
+    def recorded(name, reply):
+        if name == "pause":
+            turns_at_pause.append(h.session.listener.turn)
 
-    monkeypatch.setattr(Reply, "pause", recorded)
+    watch_pauses(monkeypatch, recorded)
     await loudspeaker.talk_over(0.6)
     assert turns_at_pause == []
     h.stt.text = "Stop, I want something else."
@@ -355,19 +345,15 @@ class OwnWordSTT:
 
 @pytest.mark.wallclock
 async def test_a_word_of_its_own_left_over_the_echo_does_not_hold_the_agent(monkeypatch):
-    from voice_agent.reply import Reply
-
     h, loudspeaker = await answering(monkeypatch, barge_in_force_ms=900)
     h.session.engines.stt = stt = OwnWordSTT(h)
     resumes = []  # at each resume after a check: whether the turn still went on
-    resume = Reply.resume
 
-    def recorded(reply):
-        if stt.calls:
+    def recorded(name, reply):
+        if name == "resume" and stt.calls:
             resumes.append(h.session.listener.turn is not None)
-        resume(reply)
 
-    monkeypatch.setattr(Reply, "resume", recorded)
+    watch_pauses(monkeypatch, recorded)
     await loudspeaker.talk_over(1.2)
     await loudspeaker.talk_over(1.0, user=voice(5, 0.4, level=0.6))
     assert stt.calls

@@ -6,9 +6,9 @@ import asyncio
 
 import numpy as np
 
-from tests.test_session import Harness, quiet, tone
+from tests.test_session import Harness, answer_playing, quiet, tone
 from voice_agent.barge_in import BargeIn
-from voice_agent.protocols.events import AgentAudio, ResponseEnded, TurnIgnored
+from voice_agent.protocols.events import ResponseEnded, TurnIgnored
 from voice_agent.user_turn import UserTurn
 from voice_agent.vad import WINDOW
 
@@ -77,19 +77,11 @@ async def test_speech_while_the_agent_is_silent_is_not_checked():
     await h.session.close()
 
 
-async def answer_playing() -> Harness:
-    h = Harness(answer=" ".join(f"w{i}." for i in range(40)))
-    await h.feed(tone(0.5), realtime=False)
-    await h.feed(quiet(0.3))
-    await h.until(lambda: h.of(AgentAudio))
-    return h
-
-
 async def test_words_the_agent_is_held_for_over_the_echo_wait_for_the_turns_end(monkeypatch):
     # Over the echo, "over the line." for a "Hold on, what time is it open?" held the agent; the next check
     # found no speech past it once the echo was out (the suppressor took the user's next 160 ms for echo),
     # and the agent went on until the check after (scripts/bargein_eval's echo rig).
-    h = await answer_playing()
+    h, _ = await answer_playing(monkeypatch)
     interruptions, reply = h.session.interruptions, h.session.reply
     turn = a_turn(h, over_agent=True)
     h.session.listener.turn = turn  # it goes on
@@ -114,7 +106,7 @@ async def test_words_the_agent_is_held_for_over_the_echo_wait_for_the_turns_end(
 async def test_an_onset_over_the_echo_stays_paused_through_a_first_look_without_speech(monkeypatch):
     # The user's first 100 ms over a loud echo can leave no speech once the echo is out, and the next window
     # some: resumed at once, the agent talked 50 ms between the two (scripts/bargein_eval's echo rig).
-    h = await answer_playing()
+    h, _ = await answer_playing(monkeypatch)
     interruptions, reply = h.session.interruptions, h.session.reply
     monkeypatch.setattr(interruptions, "_no_echo_before", lambda start: False)  # its echo may be in the input
     turn = a_turn(h, over_agent=True)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import pytest
@@ -692,24 +694,28 @@ async def test_a_continuation_that_ends_before_its_words_are_checked_is_transcri
     await h.session.close()
 
 
+def watch_pauses(monkeypatch, note: Callable[[str, Any], None]) -> None:
+    """``note("pause" or "resume", reply)`` at each pause and resume of a reply, before it takes effect."""
+    from voice_agent.reply import Reply
+
+    def watched(name: str):
+        original = getattr(Reply, name)
+
+        def noting(self):
+            note(name, self)
+            original(self)
+
+        return noting
+
+    for name in ("pause", "resume"):
+        monkeypatch.setattr(Reply, name, watched(name))
+
+
 def record_pauses(monkeypatch) -> list[str]:
     """Each "pause" and "resume" of a reply, in order: counting the frames sent instead depends on how busy
     the machine is."""
-    from voice_agent.reply import Reply
-
     calls: list[str] = []
-
-    def recorded(name: str):
-        original = getattr(Reply, name)
-
-        def recording(self):
-            calls.append(name)
-            original(self)
-
-        return recording
-
-    for name in ("pause", "resume"):
-        monkeypatch.setattr(Reply, name, recorded(name))
+    watch_pauses(monkeypatch, lambda name, reply: calls.append(name))
     return calls
 
 

@@ -90,7 +90,7 @@ async def test_words_the_agent_is_held_for_over_the_echo_wait_for_the_turns_end(
     speech = np.ones(16, bool)
     monkeypatch.setattr(interruptions, "_speech_without_echo", lambda *echo: (silence + 0.1, speech))
     h.stt.text = "over the line."
-    reply.pause()
+    reply.pause("test")
     await interruptions._check(turn, silence, echo)
     assert reply.paused and interruptions.holds_word(turn)
     await interruptions._check(turn, silence, echo)  # the same speech, none since

@@ -701,9 +701,9 @@ def watch_pauses(monkeypatch, note: Callable[[str, Any], None]) -> None:
     def watched(name: str):
         original = getattr(Reply, name)
 
-        def noting(self):
+        def noting(self, why: str):
             note(name, self)
-            original(self)
+            original(self, why)
 
         return noting
 

@@ -147,13 +147,15 @@ class Interruptions:
             or self.policy.min_speech_ms > session.settings.vad_min_speech_ms
         ):
             return
-        reply.pause()
+        reply.pause("speech began over it")
         self._onset_paused = reply
         self._onset_spent = True
         self._onset_over_echo = self.echo_heard or not self._no_echo_before(start)
         # A run that hovers about the VAD's threshold makes no turn and never fades: past the output lead,
         # the user would hear the gap, for what may be nothing.
-        asyncio.get_running_loop().call_later(session.settings.output_lead_ms / 1000, self._onset_ends, reply)
+        asyncio.get_running_loop().call_later(
+            session.settings.output_lead_ms / 1000, self._onset_ends, reply, "the pause at the onset ran out"
+        )
 
     def _no_echo_before(self, start: int) -> bool:
         """Whether the input before sample ``start`` was near silence while the agent's output played: none of
@@ -170,14 +172,14 @@ class Interruptions:
     def speech_faded(self) -> None:
         """The speech that paused the agent at its onset made no turn: the agent goes on."""
         self._onset_spent = False
-        self._onset_ends(self._onset_paused)
+        self._onset_ends(self._onset_paused, "the speech at the onset made no turn")
 
-    def _onset_ends(self, reply: Reply | None) -> None:
+    def _onset_ends(self, reply: Reply | None, why: str) -> None:
         if reply is None or reply is not self._onset_paused:
             return  # resumed already, or its turn took the pause over
         self._onset_paused = None
         if reply is self._session.reply:
-            reply.resume()
+            reply.resume(why)
 
     def user_speaks(self, turn: UserTurn) -> None:
         """Another speech window of ``turn`` over the agent: interrupt it for real speech, not for "mm-hm"."""
@@ -200,7 +202,7 @@ class Interruptions:
         # that, once its voice came back, the words decide before it falls silent (LISTEN).
         echo_heard = self.echo_heard and echo is None and not turn.may_withdraw
         if echo is None:
-            self._onset_ends(self._onset_paused)  # no echo to take out: the turn decides, as without one
+            self._onset_ends(self._onset_paused, "no echo to take out: the turn decides, as without one")
         action = self.policy.decide(turn.speech_ms, turn.barge_checked_ms, checking, echo_heard)
         if action is BargeIn.NONE:
             return
@@ -212,7 +214,7 @@ class Interruptions:
             elif action is BargeIn.INTERRUPT:
                 self._yield_to(turn, "")
             else:
-                reply.pause()  # fall silent at once, as a person would, while the words are checked
+                reply.pause("speech over it: silent at once, as a person would, while its words are checked")
         if action in (BargeIn.CHECK, BargeIn.LISTEN):
             turn.barge_checked_ms = turn.speech_ms
             turn.barge_check = asyncio.create_task(self._check(turn, turn.audio(), echo))
@@ -229,7 +231,7 @@ class Interruptions:
             log.exception("session %s: taking the echo out failed", session.id)
             cleaned, speech = echo[0], np.ones(len(echo[0]) // WINDOW, bool)  # unknown: treat as speech
         if session.reply is not reply or session.listener.turn is not turn:
-            self._onset_ends(reply)
+            self._onset_ends(reply, "the answer or the turn ended while the echo was taken out")
             return  # the answer, or the turn, ended meanwhile: the resume is behind us
         if cleaned is None:
             # No speech yet; a pause at the onset ends with the output lead (speech_begins), unless a window
@@ -238,14 +240,14 @@ class Interruptions:
             # five interruptions of an echo-rig run).
             return
         if self._judged.get(turn.id, -1) >= _speech_end(turn, speech):
-            self._onset_ends(reply)
+            self._onset_ends(reply, "no new speech since words judged no interruption")
             return  # the words were judged no interruption, and none came since: the agent goes on
         self._onset_paused = None  # speech: paused for it now, the onset's timer must not resume the agent
         # Whatever the words, but only for that much speech once the echo is out (a hiss over it lasts long).
         if action is BargeIn.INTERRUPT and speech.sum() * WINDOW_MS >= self.policy.force_ms:
             self._yield_to(turn, "")
         else:
-            reply.pause()
+            reply.pause("speech left with the echo out")
 
     def _echo_over(self, turn: UserTurn) -> tuple[np.ndarray, np.ndarray, int, int] | None:
         """For the barge-in check of ``turn``: the input from :data:`FIT_S` before it, the output that played
@@ -305,7 +307,7 @@ class Interruptions:
                     # the whole turn's reading decides those at its end.
                     log.log(logs.words_level(), "session %s: no new speech once the echo is out", session.id)
                     if session.reply is not None and (whole or not self.holds_word(turn)):
-                        session.reply.resume()
+                        session.reply.resume("no new speech with the echo out")
                     return
                 audio = cleaned
             text = await session.engines.stt.transcribe(audio)
@@ -328,7 +330,7 @@ class Interruptions:
             log.log(logs.words_level(), "session %s: the agent's own voice: %r", session.id, text)
             self.echo_heard = True
             self._judged = {turn.id: heard_until}
-            reply.resume()
+            reply.resume("its own voice")
             return
         # A consonant alone is a word the check cut off, which more speech finishes ("x", then "Actually"): the
         # agent stays paused for it as for a lone word, not resumed as for a hum. Read from the whole turn, it is
@@ -337,7 +339,7 @@ class Interruptions:
         if not cut_off and self.policy.is_backchannel(text):
             log.log(logs.words_level(), "session %s: not an interruption: %r", session.id, text)
             self._judged = {turn.id: heard_until}
-            reply.resume()
+            reply.resume("a backchannel")
             return
         lone = cut_off or self.policy.is_lone_word(text)
         if echo is not None and lone:
@@ -350,7 +352,7 @@ class Interruptions:
             if not whole:
                 self._judged = {turn.id: heard_until}
             if session.listener.turn is not turn:  # it ended while we listened, or this read all of it
-                reply.resume()
+                reply.resume("one word over the echo, and its turn ended")
             return
         stop = self.policy.has_stop_word(text)
         # Over the echo, a stop word read once may be a noise ("What?" for knocks, "No." for a laugh, "enough"
@@ -380,7 +382,7 @@ class Interruptions:
                 spoken_ms,
                 text,
             )
-            reply.resume()
+            reply.resume("too little speech for words over the echo")
             return
         self._yield_to(turn, text)
         if session.listener.turn is not turn:

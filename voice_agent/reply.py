@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -38,6 +39,8 @@ from .pacing import PlaybackClock
 from .protocols.events import AgentAudio, Mark, OutputEvent, Transcript
 from .repetition import LoopGuard
 from .speakable import speakable
+
+log = logging.getLogger(__name__)
 
 FRAME_MS = 20
 # Said when the model wrote nothing a voice can say (a markdown table, a loop
@@ -234,10 +237,15 @@ class Reply:
             await audio.put(samples[start : start + self._frame])
         return samples[whole:]
 
-    def resume(self) -> None:
+    def resume(self, why: str) -> None:
+        if not self._flowing.is_set():
+            log.debug("answer to turn %s resumed: %s", self.turn, why)
         self._flowing.set()
 
-    def pause(self) -> None:
+    def pause(self, why: str) -> None:
+        """Hold the frames back; ``why`` goes to the debug log, which tells what paused and resumed an answer."""
+        if self._flowing.is_set():
+            log.debug("answer to turn %s paused: %s", self.turn, why)
         self._flowing.clear()
 
     @property

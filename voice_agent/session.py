@@ -244,7 +244,7 @@ class Session:
             # Speech over the agent that never reached barge-in: a backchannel or noise.
             log.debug("session %s: ignoring %.0f ms of speech over the agent", self.id, turn.speech_ms)
             turn.drop_prepared()
-            self.reply.resume()
+            self.reply.resume("the speech over it ended without an interruption")
             return
         self.announce(turn)
         self.emit(TurnCommitted(turn.id, turn.last_speech * 1000 // PIPELINE_RATE))
@@ -340,7 +340,7 @@ class Session:
         number = answer.number = self._answer_number
         self.control.playing(number, reply)
         self.emit(ResponseStarted(number))
-        reply.resume()
+        reply.resume("its answer is the one playing")
         if self.agent is not None:
             self.agent.release(reply.turn)
         failed = False

@@ -45,7 +45,7 @@ class TurnMerge:
             # The user goes on right after the agent began: they were only pausing.
             # Silent at once; if it is words, the answer is withdrawn (withdraw).
             assert answer is not None and answer.reply is not None
-            answer.reply.pause()
+            answer.reply.pause("the user went on within the grace")
             answer.grace_taken = True
             answer.paused_at_onset = False  # this turn took it: a later one is past the grace
         return start, session.state is TurnState.SPEAKING
@@ -62,7 +62,7 @@ class TurnMerge:
         assert answer.reply is not None
         if answer.reply.paused:
             return False  # paused for something else, which will resume it
-        answer.reply.pause()
+        answer.reply.pause("speech began within the grace")
         answer.paused_at_onset = True
         return True
 
@@ -72,7 +72,7 @@ class TurnMerge:
         if answer is not None and answer.paused_at_onset:
             answer.paused_at_onset = False
             if answer.reply is not None:
-                answer.reply.resume()
+                answer.reply.resume("the speech in the grace made no turn")
 
     def _in_grace(self) -> bool:
         """Whether speech now means the user was not done: within the grace of the answer's first audio, in a

@@ -12,11 +12,12 @@ from voice_agent.printable import escape_controls, printable
 
 @pytest.fixture
 def restore_logging():
-    root = logging.getLogger()
-    handlers, level = list(root.handlers), root.level
+    root, project = logging.getLogger(), logging.getLogger(logs.PROJECT_LOGGER)
+    handlers, level, project_level = list(root.handlers), root.level, project.level
     yield
     root.handlers[:] = handlers
     root.setLevel(level)
+    project.setLevel(project_level)
     logs.configure_words(False)
 
 
@@ -31,6 +32,15 @@ def test_users_words_are_logged_only_at_debug_unless_asked(capsys, restore_loggi
     logs.configure("info", transcripts=True)
     said.log(logs.words_level(), "the user said %r", "my card number")
     assert "my card number" in capsys.readouterr().err
+
+
+def test_debug_is_the_projects_own_lines_not_every_librarys(capsys, restore_logging):
+    logs.configure("debug")
+    logging.getLogger("voice_agent.reply").debug("answer paused")
+    logging.getLogger("uvicorn.error").debug("< BINARY 00 00")
+    logging.getLogger("uvicorn.error").info("Uvicorn running")
+    err = capsys.readouterr().err
+    assert "answer paused" in err and "Uvicorn running" in err and "BINARY" not in err
 
 
 @pytest.mark.parametrize("fmt", ["text", "json"])

@@ -49,6 +49,7 @@ _SECRET_PATTERNS = (
     re.compile(r"(?i)(authorization:\s*bearer\s+)\S+"),
 )
 
+PROJECT_LOGGER = "voice_agent"
 SESSION_LINES_PER_S = 5.0
 SESSION_LINES_BURST = 50
 # Lines outside any session (start-up, handshakes refused for a token or an origin) share one bucket:
@@ -198,4 +199,8 @@ def configure(level: str, fmt: str = "text", secrets: Iterable[str] = (), transc
     for old in list(root.handlers):
         root.removeHandler(old)
     root.addHandler(handler)
-    root.setLevel(level.upper())
+    # Other libraries stay at INFO at most: at DEBUG uvicorn logs every WebSocket frame, 100 a second a
+    # session, which spends the session's line budget and drops the project's own debug lines.
+    numeric = logging.getLevelName(level.upper())
+    root.setLevel(max(numeric, logging.INFO))
+    logging.getLogger(PROJECT_LOGGER).setLevel(numeric)

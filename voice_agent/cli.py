@@ -118,7 +118,7 @@ def serve_command(settings: Settings) -> int:
         ws_max_size=MAX_MESSAGE_BYTES,
         # A 1 KiB compressed frame can inflate to a megabyte of work; audio barely compresses anyway.
         ws_per_message_deflate=False,
-        log_level=settings.log_level,
+        log_level=log.library_level(settings.log_level),
         log_config=None,  # uvicorn's lines go through log.configure's handler: session ids, no secrets
         lifespan="on",
         # Sessions are drained before uvicorn's shutdown starts; this bounds what is left after that.

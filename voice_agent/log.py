@@ -199,8 +199,12 @@ def configure(level: str, fmt: str = "text", secrets: Iterable[str] = (), transc
     for old in list(root.handlers):
         root.removeHandler(old)
     root.addHandler(handler)
-    # Other libraries stay at INFO at most: at DEBUG uvicorn logs every WebSocket frame, 100 a second a
-    # session, which spends the session's line budget and drops the project's own debug lines.
-    numeric = logging.getLevelName(level.upper())
-    root.setLevel(max(numeric, logging.INFO))
-    logging.getLogger(PROJECT_LOGGER).setLevel(numeric)
+    root.setLevel(library_level(level))
+    logging.getLogger(PROJECT_LOGGER).setLevel(level.upper())
+
+
+def library_level(level: str) -> int:
+    """The level for other libraries' loggers at ``level``: INFO at most. At DEBUG uvicorn logs every
+    WebSocket frame, 100 a second a session, which spends the session's line budget and drops the project's
+    own debug lines."""
+    return max(logging.getLevelName(level.upper()), logging.INFO)

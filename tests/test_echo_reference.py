@@ -110,6 +110,53 @@ def test_silence_tells_nothing_before_the_output_had_time_to_come_back():
     assert not reference.silent_under(hiss[-QUIET_INPUT_SAMPLES:], 1.0)  # its echo may yet come
 
 
+def _through(room_gain_db: float, delay_ms: float, played: np.ndarray) -> np.ndarray:
+    room = EchoPath(room_gain_db, delay_ms, seed=1).room_response(RATE)
+    delayed = np.concatenate([np.zeros(int(delay_ms * RATE / 1000), np.float32), played])
+    return np.convolve(delayed, room)[: len(played)].astype(np.float32)
+
+
+def _listen(playing: np.ndarray, mic: np.ndarray) -> list[tuple[float, bool]]:
+    """``playing`` sent in real time (silence: nothing sent), and ``mic`` checked at each window as it comes."""
+    reference = EchoReference(origin=0.0)
+    results = []
+    for sent in range(0, len(playing), FRAME):
+        if playing[sent : sent + FRAME].any():
+            reference.played(playing[sent : sent + FRAME], RATE, sent / RATE)
+        end = sent + FRAME
+        if end % CHECK < FRAME and end >= INPUT_SAMPLES:
+            results.append((end / RATE, reference.explains(mic[end - INPUT_SAMPLES : end], end / RATE)))
+    return results
+
+
+def _between(results: list[tuple[float, bool]], from_s: float, to_s: float) -> list[bool]:
+    return [explained for at, explained in results if from_s <= at < to_s]
+
+
+def test_a_voice_in_time_with_the_output_off_the_echos_path_is_not_echo():
+    # Once the output came back 150 ms late, a sound that follows it 30 ms late (another voice keeping in time
+    # with it by chance, about as loud as the output) is not its echo.
+    agent = voice(1, 3.0)
+    mic = _through(-10.0, 150.0, agent)
+    other = 0.5 * np.concatenate([np.zeros(480, np.float32), agent])[: len(agent)]
+    mic[int(1.5 * RATE) :] = other[int(1.5 * RATE) :]
+    results = _listen(agent, mic)
+    before = _between(results, 0.7, 1.5)
+    assert sum(before) >= 0.9 * len(before)
+    assert not any(_between(results, 2.0, 3.0))
+
+
+def test_output_after_a_pause_may_come_back_another_way():
+    agent = voice(1, 4.0)
+    half = 2 * RATE
+    playing = np.concatenate([agent[:half], np.zeros(RATE, np.float32), agent[half:]])
+    # The first stretch comes back 200 ms late; the second, a second later, 50 ms late (another room).
+    mic = np.concatenate([_through(-12.0, 200.0, playing[:half]), _through(-12.0, 50.0, playing)[half:]])
+    results = _listen(playing, mic)
+    before, after = _between(results, 0.7, 2.0), _between(results, 3.7, 5.0)
+    assert sum(before) >= 0.9 * len(before) and sum(after) >= 0.9 * len(after)
+
+
 def test_nothing_played_explains_nothing():
     reference = EchoReference(origin=0.0)
     assert not reference.explains(voice(3, 1.0)[-INPUT_SAMPLES:], 1.0)

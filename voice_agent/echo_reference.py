@@ -40,6 +40,9 @@ PATH_CONFIRMATIONS = 3
 # Quieter than played, as every echo path is: the envelopes of the rig's -10 dB rooms compare at about
 # 0.45, their loudest blocks smeared by the room; an 8 dB loss at 0.56.
 MAX_GAIN = 0.7
+# The client's queue ran dry this long: the output starts again, maybe through another path (the user took
+# the phone off speaker, or the other way round), which is found anew.
+NEW_OUTPUT_S = 0.5
 ONSET_BLOCKS = 3  # the latest input, which a user's onset makes louder than the echo
 ONSET_MARGIN = 2.0  # amplitude over the echo predicted for the latest blocks (+6 dB) that is not echo
 SMEAR_BLOCKS = 2  # the room spreads each block over the next few: the prediction takes the loudest
@@ -87,6 +90,7 @@ class EchoReference:
         self._drains = 0  # index where the client's queue runs dry
         self._resampler: StreamResampler | None = None
         self._lag: int | None = None  # blocks: the echo path's delay, once one has been found
+        self._settled = False  # this stretch of output came back on that path
         self._finds = 0  # separate input windows explained as echo since the path was last forgotten
         self._last_find = -INPUT_SAMPLES  # reference index where the last of them ended
 
@@ -99,6 +103,8 @@ class EchoReference:
             self._resampler = StreamResampler(rate, PIPELINE_RATE, "QQ")
         samples = self._resampler.process(samples)
         now = self._index(at)
+        if now - self._drains > NEW_OUTPUT_S * PIPELINE_RATE:
+            self._settled = False
         begin = max(self._drains, now)
         end = begin + len(samples)
         if end - self._start > len(self._audio):
@@ -145,20 +151,23 @@ class EchoReference:
         heard_env = _envelope(heard[-window:])
         lags, correlation = _correlations(heard_env, reference)
         best = int(np.argmax(correlation))
-        if correlation[best] >= MIN_CORRELATION:
-            self._lag = best
-        elif self._lag is not None:
-            # On the path found before: a window with another voice in it correlates less, at other lags.
+        finds_path = correlation[best] >= MIN_CORRELATION and not self._settled
+        if not finds_path:
+            if self._lag is None:
+                return False
+            # On the path found before: a window with another voice in it correlates less, at other lags. Once
+            # this stretch of output came back on a path, it keeps to it: a user's voice correlates with the
+            # output at some other lag now and then ("Actually" at 0.92, 150 ms off the path of a -18 dB echo).
             nearby = slice(max(0, self._lag - SMEAR_BLOCKS), self._lag + SMEAR_BLOCKS + 1)
             best = nearby.start + int(np.argmax(correlation[nearby]))
             if correlation[best] < PATH_CORRELATION:
                 return False
-        else:
-            return False
         played = lags[best]
         gain = float(heard_env @ played) / max(float(played @ played), 1e-12)
         if gain > MAX_GAIN:
             return False
+        if finds_path:
+            self._lag, self._settled = best, True
         # The echo expected in the latest blocks: the loudest played into them at a lag a block or two either
         # side (the room smears, the lag is found to a block), the room carrying earlier blocks on.
         near = lags[max(0, best - SMEAR_BLOCKS) : best + SMEAR_BLOCKS + 1, -ONSET_BLOCKS - SMEAR_BLOCKS :]
@@ -189,6 +198,7 @@ class EchoReference:
         scripts/bargein_eval without the echo rig), and a path, once found, takes the user's words for echo.
         """
         self._lag = None
+        self._settled = False
         self._finds = 0
 
     def echo_path(self, heard: np.ndarray, heard_end_at: float, echo_alone: int) -> tuple[np.ndarray, int] | None:

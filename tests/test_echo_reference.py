@@ -390,6 +390,31 @@ class OwnWordSTT:
         return [chunk.text for chunk in reply.chunks if chunk.start_s <= reply.heard_s()][-1]
 
 
+class MostlyOwnWordsSTT(OwnWordSTT):
+    """The echo's residue under a noise, read as the agent's last two words and one of Whisper's own ("Take the
+    plane." for a door slam over "You can take the", in scripts/bargein_eval's echo rig)."""
+
+    async def transcribe(self, audio):
+        self.calls += 1
+        await asyncio.sleep(0.01)
+        reply = self.h.session.reply
+        said = [chunk.text.rstrip(".") for chunk in reply.chunks if chunk.start_s <= reply.heard_s()]
+        return " ".join(said[-2:]) + " plane."
+
+
+@pytest.mark.wallclock
+async def test_a_noise_read_as_mostly_its_own_words_over_the_echo_does_not_stop_the_agent(monkeypatch):
+    h, loudspeaker = await answering(monkeypatch, barge_in_force_ms=900)
+    h.session.engines.stt = stt = MostlyOwnWordsSTT(h)
+    await loudspeaker.talk_over(1.2)
+    await loudspeaker.talk_over(1.5, user=voice(5, 0.9, level=0.6))
+    await loudspeaker.talk_over(1.0)
+    assert stt.calls
+    assert h.of(Clear) == []
+    assert not h.session.reply.paused
+    await h.session.close()
+
+
 @pytest.mark.wallclock
 async def test_a_word_of_its_own_left_over_the_echo_does_not_hold_the_agent(monkeypatch):
     h, loudspeaker = await answering(monkeypatch, barge_in_force_ms=900)

@@ -441,14 +441,16 @@ class Interruptions:
 
     def _is_own_voice(self, turn: UserTurn, text: str, reply: Reply, echo_out: bool) -> bool:
         """Whether ``text`` heard over ``reply`` is its own voice. Once the echo is out (``echo_out``), what
-        is left of it (a loud word's residue, the path's lag found wrong) must be all the agent's, and two
-        words or more unless its one word stops no one: a user's "No." or "Sorry" is a word the agent also
-        says. Left paused for such a word until the turn ended, the agent stopped for 600 ms for its own
-        "you" (scripts/bargein_eval's echo rig); a user who goes on pauses it again at once."""
+        is left of it (a loud word's residue, the path's lag found wrong) must be two words or more unless its
+        one word stops no one, and all the agent's if a word stops a speaker: a user's "No." or "Sorry" is a
+        word the agent also says. Left paused for such a word until the turn ended, the agent stopped for
+        600 ms for its own "you" (scripts/bargein_eval's echo rig); a user who goes on pauses it again at
+        once. Words that stop no one need the share of any echo: a door slam over "You can take the" left
+        "Take the plane." once the echo was out, and cleared the answer."""
         if echo_out and len(words_of(text)) < 2 and not self.policy.is_lone_word(text):
             return False
         spoken_s = (turn.last_speech - turn.start) / PIPELINE_RATE
-        share = WHOLE_ECHO_SHARE if echo_out else ECHO_SHARE
+        share = WHOLE_ECHO_SHARE if echo_out and self.policy.has_stop_word(text) else ECHO_SHARE
         return self.policy.is_own_voice(text, timed_chunks(reply), reply.heard_s(), spoken_s, share)
 
     def _yield_to(self, turn: UserTurn, text: str) -> None:

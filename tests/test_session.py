@@ -680,6 +680,23 @@ async def test_the_user_going_on_right_after_the_answer_starts_withdraws_it_and_
     await h.session.close()
 
 
+async def test_where_the_agents_echo_comes_back_the_grace_pauses_nothing_and_withdraws_nothing(monkeypatch):
+    from voice_agent.echo_reference import EchoReference
+
+    # Its echo would withdraw every answer: speech in the grace is an ordinary barge-in.
+    monkeypatch.setattr(EchoReference, "path_confirmed", lambda self: True)
+    h = Harness(answer=" ".join(f"w{i}." for i in range(40)), reply_grace_ms=1000)
+    await h.feed(tone(0.5), realtime=False)
+    await h.feed(quiet(0.3))
+    await h.until(lambda: h.of(AgentAudio))
+    await h.feed(quiet(0.2))
+    await feed_until_turn(h, tone(0.5))
+    await h.feed(tone(0.4))
+    await h.until(lambda: h.of(Clear))
+    assert not [m for m in h.of(Metrics) if m.values.get("withdrawn")]
+    await h.session.close()
+
+
 async def test_a_continuation_that_ends_before_its_words_are_checked_is_transcribed_with_the_first_part():
     h = Harness(answer=" ".join(f"w{i}." for i in range(40)), reply_grace_ms=1000)
     await h.feed(tone(0.5), realtime=False)

@@ -191,6 +191,10 @@ class EchoReference:
         played = float(np.quantile(back, 0.9))
         return played >= SILENT_RMS and float(np.quantile(_envelope(heard), 0.9)) <= SILENT_UNDER * played
 
+    def path_confirmed(self) -> bool:
+        """Whether the output has come back on a path, in separate windows enough that it is no chance."""
+        return self._lag is not None and self._finds >= PATH_CONFIRMATIONS
+
     def forget_path(self) -> None:
         """The echo's path was found wrong: the input was near silence under the output (:meth:`silent_under`).
 

@@ -107,6 +107,12 @@ class Interruptions:
 
         return send_watched
 
+    @property
+    def echo_comes_back(self) -> bool:
+        """Whether the agent's own voice comes back in this session: its words were heard, or its output's echo
+        path is found in the input."""
+        return self.echo_heard or self._output.path_confirmed()
+
     def hears_own_voice(self, end: int) -> bool:
         """Whether the input up to sample ``end`` is the agent's own output coming back."""
         if not self._session.settings.barge_in_ignore_echo:

@@ -4,7 +4,7 @@ Speech that starts before the user heard any of the answer cancels it, and
 the new turn starts where the answered one did. Speech that starts within
 ``reply_grace_ms`` of the answer's first audio pauses it at once; if it turns
 out to be words, the answer is withdrawn and the turn reaches back to the
-start of the one it answered. Never once the agent's own voice came back: on
+start of the one it answered. Never where the agent's own voice comes back: on
 a speakerphone its echo would withdraw every answer.
 """
 
@@ -76,13 +76,14 @@ class TurnMerge:
 
     def _in_grace(self) -> bool:
         """Whether speech now means the user was not done: within the grace of the answer's first audio, in a
-        session whose own voice never came back (its echo would withdraw every answer)."""
+        session whose own voice does not come back (its echo would withdraw every answer: paused in the grace
+        at the echo's first speech window, an answer of the echo rig's fell silent for 420 ms)."""
         session = self._session
         answer = session.answer
         return (
             answer is not None
             and answer.reply is not None
-            and not session.interruptions.echo_heard
+            and not session.interruptions.echo_comes_back
             and answer.in_grace(session.clock(), session.settings.reply_grace_ms)
         )
 

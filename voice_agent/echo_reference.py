@@ -43,6 +43,11 @@ MAX_GAIN = 0.7
 # The client's queue ran dry this long: the output starts again, maybe through another path (the user took
 # the phone off speaker, or the other way round), which is found anew.
 NEW_OUTPUT_S = 0.5
+# Input that correlates with the output at another lag than the stretch's path for this long moves the path
+# there: a path found on a user's voice at the start of a stretch (an "okay" settled it wrong, and the echo
+# of the rest of that answer was taken for speech). A user's voice correlated by chance for 450 ms at most.
+REPATH_S = 1.0
+REPATH_GAP_S = 0.3  # windows at that other lag this far apart are chance, each time
 ONSET_BLOCKS = 3  # the latest input, which a user's onset makes louder than the echo
 ONSET_MARGIN = 2.0  # amplitude over the echo predicted for the latest blocks (+6 dB) that is not echo
 SMEAR_BLOCKS = 2  # the room spreads each block over the next few: the prediction takes the loudest
@@ -91,6 +96,8 @@ class EchoReference:
         self._resampler: StreamResampler | None = None
         self._lag: int | None = None  # blocks: the echo path's delay, once one has been found
         self._settled = False  # this stretch of output came back on that path
+        # Another lag the output correlates at: the lag, and the reference indices of its first and last window.
+        self._elsewhere: tuple[int, int, int] | None = None
         self._finds = 0  # separate input windows explained as echo since the path was last forgotten
         self._last_find = -INPUT_SAMPLES  # reference index where the last of them ended
 
@@ -104,7 +111,7 @@ class EchoReference:
         samples = self._resampler.process(samples)
         now = self._index(at)
         if now - self._drains > NEW_OUTPUT_S * PIPELINE_RATE:
-            self._settled = False
+            self._settled, self._elsewhere = False, None
         begin = max(self._drains, now)
         end = begin + len(samples)
         if end - self._start > len(self._audio):
@@ -151,7 +158,7 @@ class EchoReference:
         heard_env = _envelope(heard[-window:])
         lags, correlation = _correlations(heard_env, reference)
         best = int(np.argmax(correlation))
-        finds_path = correlation[best] >= MIN_CORRELATION and not self._settled
+        finds_path = correlation[best] >= MIN_CORRELATION and (not self._settled or self._moved_to(best, end))
         if not finds_path:
             if self._lag is None:
                 return False
@@ -167,7 +174,7 @@ class EchoReference:
         if gain > MAX_GAIN:
             return False
         if finds_path:
-            self._lag, self._settled = best, True
+            self._lag, self._settled, self._elsewhere = best, True, None
         # The echo expected in the latest blocks: the loudest played into them at a lag a block or two either
         # side (the room smears, the lag is found to a block), the room carrying earlier blocks on.
         near = lags[max(0, best - SMEAR_BLOCKS) : best + SMEAR_BLOCKS + 1, -ONSET_BLOCKS - SMEAR_BLOCKS :]
@@ -177,6 +184,23 @@ class EchoReference:
             self._finds += 1
             self._last_find = end
         return explained
+
+    def _moved_to(self, lag: int, end: int) -> bool:
+        """Whether the output, come back on the settled path before, has correlated at ``lag`` far from it for
+        :data:`REPATH_S` up to reference index ``end``: the path was found wrong, or changed."""
+        assert self._lag is not None
+        if abs(lag - self._lag) <= SMEAR_BLOCKS:
+            self._elsewhere = None
+            return False
+        if (
+            self._elsewhere is None
+            or abs(lag - self._elsewhere[0]) > SMEAR_BLOCKS
+            or end - self._elsewhere[2] > REPATH_GAP_S * PIPELINE_RATE
+        ):
+            self._elsewhere = (lag, end, end)
+            return False
+        self._elsewhere = (self._elsewhere[0], self._elsewhere[1], end)
+        return end - self._elsewhere[1] >= REPATH_S * PIPELINE_RATE
 
     def silent_under(self, heard: np.ndarray, heard_end_at: float) -> bool:
         """Whether ``heard`` (16 kHz input, its last sample arriving at ``heard_end_at``; over
@@ -201,7 +225,7 @@ class EchoReference:
         A user's voice over the agent correlates with its output at one lag or another by chance (0.93 in
         scripts/bargein_eval without the echo rig), and a path, once found, takes the user's words for echo.
         """
-        self._lag = None
+        self._lag, self._elsewhere = None, None
         self._settled = False
         self._finds = 0
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 
 import numpy as np
+import pytest
 
 from tests.test_session import Harness, answer_playing, quiet, tone
 from voice_agent.barge_in import BargeIn
@@ -77,10 +78,11 @@ async def test_speech_while_the_agent_is_silent_is_not_checked():
     await h.session.close()
 
 
-async def test_words_the_agent_is_held_for_over_the_echo_wait_for_the_turns_end(monkeypatch):
-    # Over the echo, "over the line." for a "Hold on, what time is it open?" held the agent; the next check
-    # found no speech past it once the echo was out (the suppressor took the user's next 160 ms for echo),
-    # and the agent went on until the check after (scripts/bargein_eval's echo rig).
+@pytest.mark.parametrize("reading", ["over the line.", "One."])
+async def test_words_the_agent_is_held_for_over_the_echo_wait_for_the_turns_end(monkeypatch, reading):
+    # Over the echo, "over the line." (and "One.") for a "Hold on, what time is it open?" held the agent; the
+    # next check found no speech past it once the echo was out (the suppressor took the user's next 160 ms for
+    # echo), and the agent went on until the check after (scripts/bargein_eval's echo rig).
     h, _ = await answer_playing(monkeypatch)
     interruptions, reply = h.session.interruptions, h.session.reply
     turn = a_turn(h, over_agent=True)
@@ -89,7 +91,7 @@ async def test_words_the_agent_is_held_for_over_the_echo_wait_for_the_turns_end(
     echo = (silence, silence, 0, len(silence))
     speech = np.ones(16, bool)
     monkeypatch.setattr(interruptions, "_speech_without_echo", lambda *echo: (silence + 0.1, speech))
-    h.stt.text = "over the line."
+    h.stt.text = reading
     reply.pause("test")
     await interruptions._check(turn, silence, echo)
     assert reply.paused and interruptions.holds_word(turn)

@@ -350,8 +350,10 @@ class Interruptions:
         lone = cut_off or self.policy.is_lone_word(text)
         if echo is not None and lone:
             # Over the echo, one word alone is what is left of it, or a noise read as a word ("out" for an
-            # "uh-huh", in the echo rig): judged again once more speech comes; the agent goes on once the turn
-            # ends.
+            # "uh-huh", in the echo rig), or the first of the user's ("one." for "Hold on"): judged again once
+            # more speech comes, the agent held paused meanwhile (resumed between the readings, it talked on for
+            # 130 ms before "Hold on." paused it again); it goes on once the turn ends. Its own word resumed it
+            # above.
             log.log(
                 logs.words_level(), "session %s: one word over the echo, not yet an interruption: %r", session.id, text
             )
@@ -359,6 +361,8 @@ class Interruptions:
                 self._judged = {turn.id: heard_until}
             if session.listener.turn is not turn:  # it ended while we listened, or this read all of it
                 reply.resume("one word over the echo, and its turn ended")
+            elif not whole:
+                self._word_held = turn.id
             return
         stop = self.policy.has_stop_word(text)
         # Over the echo, a stop word read once may be a noise ("What?" for knocks, "No." for a laugh, "enough"

@@ -122,3 +122,21 @@ async def test_an_onset_over_the_echo_stays_paused_through_a_first_look_without_
     await asyncio.sleep(h.settings.output_lead_ms / 1000 + 0.05)
     assert not reply.paused  # no speech came: the pause ends with the output lead the client still played
     await h.session.close()
+
+
+async def test_an_earlier_onsets_timer_does_not_end_a_later_onsets_pause(monkeypatch):
+    # "No" faded and resumed the agent, "that's" paused it again, and the first onset's timer resumed it 20 ms
+    # into that pause (scripts/bargein_eval's echo rig).
+    h, _ = await answer_playing(monkeypatch, output_lead_ms=400)  # a long lead: wide margins for the timers
+    interruptions, reply = h.session.interruptions, h.session.reply
+    monkeypatch.setattr(interruptions, "_no_echo_before", lambda start: False)  # its echo may be in the input
+    interruptions.speech_begins(0)
+    interruptions.speech_faded()
+    assert not reply.paused
+    await asyncio.sleep(0.2)
+    interruptions.speech_begins(0)
+    await asyncio.sleep(0.3)  # past the first onset's lead by 100 ms, 100 ms short of the second's
+    assert reply.paused
+    await asyncio.sleep(0.3)
+    assert not reply.paused  # the second onset's own lead ended it
+    await h.session.close()

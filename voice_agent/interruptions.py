@@ -90,6 +90,7 @@ class Interruptions:
         self._look: asyncio.Task | None = None  # is speech left once the echo is out? (the pause waits for it)
         self._judged: dict[int, int] = {}  # turn id: the input up to which its speech was judged no interruption
         self._onset_paused: Reply | None = None  # paused by speech too short yet for a turn (speech_begins)
+        self._onset_timer: asyncio.TimerHandle | None = None  # ends that pause with the output lead
         self._onset_spent = False  # this run of speech paused the agent once already
         self._onset_over_echo = False  # that pause may be for the agent's echo: the echo test ends it
         self._word_held: int | None = None  # the turn whose one word keeps the agent paused (is_lone_word)
@@ -124,6 +125,8 @@ class Interruptions:
         return self._output.explains(heard, timeline.arrival_time(end))
 
     async def close(self) -> None:
+        if self._onset_timer is not None:
+            self._onset_timer.cancel()
         if self._look is not None:
             self._look.cancel()
             await asyncio.gather(self._look, return_exceptions=True)
@@ -158,8 +161,11 @@ class Interruptions:
         self._onset_spent = True
         self._onset_over_echo = self.echo_heard or not self._no_echo_before(start)
         # A run that hovers about the VAD's threshold makes no turn and never fades: past the output lead,
-        # the user would hear the gap, for what may be nothing.
-        asyncio.get_running_loop().call_later(
+        # the user would hear the gap, for what may be nothing. An earlier onset's timer must not end this
+        # pause: it resumed the agent 20 ms into the pause for "No, that's not what I asked." (the echo rig).
+        if self._onset_timer is not None:
+            self._onset_timer.cancel()
+        self._onset_timer = asyncio.get_running_loop().call_later(
             session.settings.output_lead_ms / 1000, self._onset_ends, reply, "the pause at the onset ran out"
         )
 

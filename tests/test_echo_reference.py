@@ -35,29 +35,42 @@ def voice(seed: int, seconds: float, level: float = 0.1) -> np.ndarray:
     return (level * envelope * carrier).astype(np.float32)
 
 
+def _through(room_gain_db: float, delay_ms: float, played: np.ndarray) -> np.ndarray:
+    room = EchoPath(room_gain_db, delay_ms, seed=1).room_response(RATE)
+    delayed = np.concatenate([np.zeros(int(delay_ms * RATE / 1000), np.float32), played])
+    return np.convolve(delayed, room)[: len(played)].astype(np.float32)
+
+
+def _listen(playing: np.ndarray, mic: np.ndarray) -> list[tuple[float, bool]]:
+    """``playing`` sent in real time (silence: nothing sent), and ``mic`` checked at each window as it comes."""
+    reference = EchoReference(origin=0.0)
+    results = []
+    for sent in range(0, len(playing), FRAME):
+        if playing[sent : sent + FRAME].any():
+            reference.played(playing[sent : sent + FRAME], RATE, sent / RATE)
+        end = sent + FRAME
+        if end % CHECK < FRAME and end >= INPUT_SAMPLES:
+            results.append((end / RATE, reference.explains(mic[end - INPUT_SAMPLES : end], end / RATE)))
+    return results
+
+
+def _between(results: list[tuple[float, bool]], from_s: float, to_s: float) -> list[bool]:
+    return [explained for at, explained in results if from_s <= at < to_s]
+
+
 def replay(gain_db: float, delay_ms: float, user: np.ndarray | None = None, user_at_s: float = 1.5, echo: bool = True):
     """The agent says 3 s, paced in real time; the microphone hears the room's echo (and the user).
 
     Returns (time, explained) for each 32 ms input window once a whole input window is in.
     """
     agent = voice(1, 3.0)
-    room = EchoPath(gain_db, delay_ms, seed=1).room_response(RATE)
-    delay = int(delay_ms * RATE / 1000)
     mic = 1e-4 * np.random.default_rng(9).standard_normal(len(agent) + RATE).astype(np.float32)
     if echo:
-        came_back = np.convolve(np.concatenate([np.zeros(delay, np.float32), agent]), room)[: len(mic)]
-        mic[: len(came_back)] += came_back
+        mic[: len(agent)] += _through(gain_db, delay_ms, agent)
     if user is not None:
         start = int(user_at_s * RATE)
         mic[start : start + len(user)] += user
-    reference = EchoReference(origin=0.0)
-    results = []
-    for sent in range(0, len(agent), FRAME):
-        reference.played(agent[sent : sent + FRAME], RATE, sent / RATE)
-        end = sent + FRAME
-        if end % CHECK < FRAME and end >= INPUT_SAMPLES:
-            results.append((end / RATE, reference.explains(mic[end - INPUT_SAMPLES : end], end / RATE)))
-    return results
+    return _listen(agent, mic)
 
 
 @pytest.mark.parametrize("gain_db", [-10.0, -18.0, -25.0])
@@ -95,8 +108,7 @@ def test_input_with_the_echo_in_it_is_not_silent_under_the_output(gain_db):
     agent = voice(1, 2.0)
     reference = EchoReference(origin=0.0)
     reference.played(agent, RATE, 0.0)
-    room = EchoPath(gain_db, 150.0, seed=1).room_response(RATE)
-    echo = np.convolve(np.concatenate([np.zeros(2400, np.float32), agent]), room)[: 2 * RATE].astype(np.float32)
+    echo = _through(gain_db, 150.0, agent)
     hiss = 1e-4 * np.random.default_rng(9).standard_normal(2 * RATE).astype(np.float32)
     assert not reference.silent_under((echo + hiss)[RATE - QUIET_INPUT_SAMPLES : RATE], 1.0)
     assert reference.silent_under(hiss[RATE - QUIET_INPUT_SAMPLES : RATE], 1.0)
@@ -108,29 +120,6 @@ def test_silence_tells_nothing_before_the_output_had_time_to_come_back():
     assert not reference.silent_under(hiss[-QUIET_INPUT_SAMPLES:], 1.0)  # nothing played
     reference.played(voice(1, 2.0), RATE, 0.6)
     assert not reference.silent_under(hiss[-QUIET_INPUT_SAMPLES:], 1.0)  # its echo may yet come
-
-
-def _through(room_gain_db: float, delay_ms: float, played: np.ndarray) -> np.ndarray:
-    room = EchoPath(room_gain_db, delay_ms, seed=1).room_response(RATE)
-    delayed = np.concatenate([np.zeros(int(delay_ms * RATE / 1000), np.float32), played])
-    return np.convolve(delayed, room)[: len(played)].astype(np.float32)
-
-
-def _listen(playing: np.ndarray, mic: np.ndarray) -> list[tuple[float, bool]]:
-    """``playing`` sent in real time (silence: nothing sent), and ``mic`` checked at each window as it comes."""
-    reference = EchoReference(origin=0.0)
-    results = []
-    for sent in range(0, len(playing), FRAME):
-        if playing[sent : sent + FRAME].any():
-            reference.played(playing[sent : sent + FRAME], RATE, sent / RATE)
-        end = sent + FRAME
-        if end % CHECK < FRAME and end >= INPUT_SAMPLES:
-            results.append((end / RATE, reference.explains(mic[end - INPUT_SAMPLES : end], end / RATE)))
-    return results
-
-
-def _between(results: list[tuple[float, bool]], from_s: float, to_s: float) -> list[bool]:
-    return [explained for at, explained in results if from_s <= at < to_s]
 
 
 def test_a_voice_in_time_with_the_output_off_the_echos_path_is_not_echo():
@@ -184,8 +173,7 @@ def test_a_clear_drops_what_the_client_had_not_played():
     agent = voice(1, 2.0)
     reference.played(agent, RATE, 0.0)  # sent at once: it plays until 2.0 s
     reference.cleared(0.8)
-    room = EchoPath(-10.0, 100.0, seed=1).room_response(RATE)
-    echo = np.convolve(np.concatenate([np.zeros(1600, np.float32), agent]), room)[: 2 * RATE].astype(np.float32)
+    echo = _through(-10.0, 100.0, agent)
     assert reference.explains(echo[int(0.75 * RATE) - INPUT_SAMPLES : int(0.75 * RATE)], 0.75)
     # What would have played after the clear is not a reference: the same audio at 1.5 s is not echo.
     assert not reference.explains(echo[int(1.5 * RATE) - INPUT_SAMPLES : int(1.5 * RATE)], 1.5)
@@ -199,8 +187,7 @@ def test_other_output_rates_are_brought_to_the_pipeline_rate():
     at_8k = resample(agent, RATE, 8000)
     for sent in range(0, len(at_8k), 160):
         reference.played(at_8k[sent : sent + 160], 8000, sent / 8000)
-    room = EchoPath(-12.0, 120.0, seed=1).room_response(RATE)
-    echo = np.convolve(np.concatenate([np.zeros(1920, np.float32), agent]), room)[: 2 * RATE].astype(np.float32)
+    echo = _through(-12.0, 120.0, agent)
     assert reference.explains(echo[RATE - INPUT_SAMPLES : RATE], 1.0)
 
 

@@ -103,6 +103,20 @@ def test_a_user_alone_while_the_agent_talks_is_not_explained():
         assert sum(during) <= 0.4 * len(during)
 
 
+@pytest.mark.parametrize("delay_ms", [50.0, 150.0, 250.0])
+def test_the_echo_of_an_answers_start_is_explained_with_the_users_last_words_just_before(delay_ms):
+    # The user's question ends, and the answer begins 200 ms later: the first windows of its echo hold the
+    # user's last syllables too, which the output before the answer cannot explain.
+    agent = np.concatenate([np.zeros(RATE, np.float32), voice(1, 2.0)])
+    mic = 1e-4 * np.random.default_rng(9).standard_normal(len(agent)).astype(np.float32)
+    mic += _through(-10.0, delay_ms, agent)
+    mic[: int(0.8 * RATE)] += voice(7, 0.8, level=0.3)
+    echo_from = 1.0 + delay_ms / 1000
+    results = _listen(agent, mic)
+    first = _between(results, echo_from, echo_from + 0.2)  # the windows of the echo's first 200 ms
+    assert first and all(first)
+
+
 @pytest.mark.parametrize("gain_db", [-10.0, -25.0])
 def test_input_with_the_echo_in_it_is_not_silent_under_the_output(gain_db):
     agent = voice(1, 2.0)

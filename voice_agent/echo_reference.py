@@ -48,6 +48,7 @@ NEW_OUTPUT_S = 0.5
 # of the rest of that answer was taken for speech). A user's voice correlated by chance for 450 ms at most.
 REPATH_S = 1.0
 REPATH_GAP_S = 0.3  # windows at that other lag this far apart are chance, each time
+MIN_BLOCKS = 6  # input since the output began that the test needs: a syllable's rise
 ONSET_BLOCKS = 3  # the latest input, which a user's onset makes louder than the echo
 ONSET_MARGIN = 2.0  # amplitude over the echo predicted for the latest blocks (+6 dB) that is not echo
 SMEAR_BLOCKS = 2  # the room spreads each block over the next few: the prediction takes the loudest
@@ -98,6 +99,7 @@ class EchoReference:
         self._settled = False  # this stretch of output came back on that path
         # Another lag the output correlates at: the lag, and the reference indices of its first and last window.
         self._elsewhere: tuple[int, int, int] | None = None
+        self._began = 0  # reference index where this stretch of output began
         self._finds = 0  # separate input windows explained as echo since the path was last forgotten
         self._last_find = -INPUT_SAMPLES  # reference index where the last of them ended
 
@@ -112,6 +114,7 @@ class EchoReference:
         now = self._index(at)
         if now - self._drains > NEW_OUTPUT_S * PIPELINE_RATE:
             self._settled, self._elsewhere = False, None
+            self._began = now
         begin = max(self._drains, now)
         end = begin + len(samples)
         if end - self._start > len(self._audio):
@@ -152,10 +155,15 @@ class EchoReference:
         end = self._index(heard_end_at)
         if self._drains <= end - window - max_lag or len(heard) < window:
             return False  # nothing played that could come back now
-        reference = _envelope(self._slice(end - window - max_lag, end))
+        # The input from before this stretch of output began holds none of its echo: at an answer's start it is
+        # the user's last words, and the echo's first windows would not correlate with the output for them.
+        skip = max(0, self._began - (end - window)) // BLOCK
+        if window // BLOCK - skip < MIN_BLOCKS:
+            return False
+        reference = _envelope(self._slice(end - window - max_lag, end))[skip:]
         if reference.max() < SILENT_RMS:
             return False
-        heard_env = _envelope(heard[-window:])
+        heard_env = _envelope(heard[-window:])[skip:]
         lags, correlation = _correlations(heard_env, reference)
         best = int(np.argmax(correlation))
         finds_path = correlation[best] >= MIN_CORRELATION and (not self._settled or self._moved_to(best, end))

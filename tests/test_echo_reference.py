@@ -9,7 +9,7 @@ import zlib
 import numpy as np
 import pytest
 
-from tests.test_session import Harness, ScriptedSTT, quiet, record_pauses, tone, watch_pauses
+from tests.test_session import Harness, ScriptedSTT, record_pauses, tone, watch_pauses
 from voice_agent.echo_reference import INPUT_SAMPLES, QUIET_INPUT_SAMPLES, EchoReference
 from voice_agent.protocols.events import AgentAudio, AudioReceived, Clear
 from voice_agent.replay.echo import Echo, EchoPath
@@ -238,20 +238,28 @@ class VoiceTTS:
 
 
 class Loudspeaker:
-    """The client's loudspeaker in a room (the rig's model of one): it plays what the session sent, from its
-    first frame on, and the microphone hears its echo."""
+    """The client's loudspeaker in a room (the rig's model of one) and its microphone: it plays what the session
+    sends, and the microphone hears its echo, with the user's voice where there is one."""
 
     def __init__(self, h):
         self.h = h
         self.room = Echo(RATE, origin=time.monotonic())
-        self.seen = next(i for i, event in enumerate(h.events) if isinstance(event, AgentAudio))
+        self.seen = len(h.events)
+        # The microphone records without a gap, as a real one does, and a frame is sent once its last sample is
+        # recorded, back to back with the next where the test ran late. The session dates its input by the least
+        # delayed frame of the last seconds: frames sent on a timer that runs late, or the test's faster ones,
+        # skew that date until they are past, and the echo's path seems to move.
+        self.recorded = time.monotonic()
 
     async def talk_over(self, seconds: float, user: np.ndarray | None = None, until=lambda: False) -> None:
-        """Real-time microphone frames: the echo of what the session sent, plus ``user``; ``until`` ends them early."""
+        """``seconds`` of microphone frames: the echo of what the session sent, plus ``user``; ``until`` ends them
+        early."""
         h = self.h
         for start in range(0, int(seconds * RATE), FRAME):
             if until():
                 return
+            self.recorded += FRAME / RATE
+            await asyncio.sleep(max(0.0, self.recorded - time.monotonic()))
             now = time.monotonic()
             for event in h.events[self.seen :]:
                 if isinstance(event, AgentAudio):
@@ -259,11 +267,10 @@ class Loudspeaker:
                 elif isinstance(event, Clear):
                     self.room.cleared(now)
             self.seen = len(h.events)
-            mic = self.room.capture(now, FRAME)
+            mic = self.room.capture(self.recorded, FRAME)
             if user is not None and start < len(user):
                 mic[: len(user[start : start + FRAME])] += user[start : start + FRAME]
             h.session.handle(AudioReceived(mic))
-            await asyncio.sleep(FRAME / RATE)
 
 
 async def answering(monkeypatch, **settings) -> tuple[Harness, Loudspeaker]:
@@ -273,11 +280,11 @@ async def answering(monkeypatch, **settings) -> tuple[Harness, Loudspeaker]:
     monkeypatch.setattr(echo, "draw_path", lambda rng: EchoPath(-8.0, 120.0, seed=3))
     h = Harness(answer=" ".join(f"word{i}." for i in range(40)), **{"barge_in_force_ms": 600, **settings})
     h.session.engines.tts = VoiceTTS()
-    await h.feed(tone(0.5), realtime=False)
-    await h.feed(quiet(0.3))
-    await h.until(lambda: h.of(AgentAudio))
+    loudspeaker = Loudspeaker(h)
+    await loudspeaker.talk_over(0.5, user=tone(0.5))
+    await loudspeaker.talk_over(5.0, until=lambda: h.of(AgentAudio))
     h.stt.text = "Foxtrot golf hotel."  # what Whisper would make of the echo: not acknowledgement words
-    return h, Loudspeaker(h)
+    return h, loudspeaker
 
 
 def timed_pauses(monkeypatch) -> list[float]:

@@ -105,6 +105,33 @@ async def test_words_the_agent_is_held_for_over_the_echo_wait_for_the_turns_end(
     await h.session.close()
 
 
+@pytest.mark.parametrize("new_windows, pauses", [(2, False), (3, True)])
+async def test_a_turn_the_check_found_only_echo_in_pauses_the_agent_only_for_speech_past_it(
+    monkeypatch, new_windows, pauses
+):
+    # Over a loud echo (-10 dB), what is left of it once it is out passed one look for speech and not the
+    # next: the check found no speech and resumed the agent, and the next look paused it again for 350 ms
+    # (scripts/bargein_eval's echo rig).
+    h, _ = await answer_playing(monkeypatch)
+    interruptions, reply = h.session.interruptions, h.session.reply
+    turn = a_turn(h, over_agent=True)
+    h.session.listener.turn = turn
+    checked = np.zeros(16 * WINDOW, np.float32)
+    monkeypatch.setattr(interruptions, "_speech_without_echo", lambda *echo: (None, np.zeros(16, bool)))
+    reply.pause("test")
+    await interruptions._check(turn, checked, (checked, checked, 0, len(checked)))
+    assert not reply.paused
+    # The turn goes on: the residue's windows before the check's end, and new ones past it.
+    speech = np.zeros(24, bool)
+    speech[10:14] = True
+    speech[16 : 16 + new_windows] = True
+    grown = np.zeros(24 * WINDOW, np.float32)
+    monkeypatch.setattr(interruptions, "_speech_without_echo", lambda *echo: (grown + 0.1, speech))
+    await interruptions._act_on_speech(reply, turn, (grown, grown, 0, len(grown)), BargeIn.PAUSE)
+    assert reply.paused is pauses
+    await h.session.close()
+
+
 async def test_an_onset_over_the_echo_stays_paused_through_a_first_look_without_speech(monkeypatch):
     # The user's first 100 ms over a loud echo can leave no speech once the echo is out, and the next window
     # some: resumed at once, the agent talked 50 ms between the two (scripts/bargein_eval's echo rig).

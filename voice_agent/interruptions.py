@@ -251,9 +251,9 @@ class Interruptions:
             # (resumed at once, the agent talked for 50 ms before the next window paused it again, in three of
             # five interruptions of an echo-rig run).
             return
-        if self._judged.get(turn.id, -1) >= _speech_end(turn, speech):
-            self._onset_ends(reply, "no new speech since words judged no interruption")
-            return  # the words were judged no interruption, and none came since: the agent goes on
+        if self._speech_since_judged(turn, speech) < MIN_SPEECH_WINDOWS:
+            self._onset_ends(reply, "no new speech since the turn was judged no interruption")
+            return  # the turn so far was judged no interruption, and no speech came since: the agent goes on
         self._onset_paused = None  # speech: paused for it now, the onset's timer must not resume the agent
         # Whatever the words, but only for that much speech once the echo is out (a hiss over it lasts long).
         if action is BargeIn.INTERRUPT and speech.sum() * WINDOW_MS >= self.policy.force_ms:
@@ -286,6 +286,14 @@ class Interruptions:
         speech = without_lone_windows(np.array(probabilities, dtype=np.float64) >= self._session.settings.vad_threshold)
         return speech_only(cleaned, speech), speech
 
+    def _speech_since_judged(self, turn: UserTurn, speech: np.ndarray) -> int:
+        """How many of ``turn``'s ``speech`` windows (from its start, the echo out) came after the input judged
+        no interruption for it: a window or two there is what is left of a loud echo, as before the judgement."""
+        judged = self._judged.get(turn.id)
+        if judged is None:
+            return int(speech.sum())
+        return int(speech[max(0, (judged - turn.start) // WINDOW) :].sum())
+
     def holds_word(self, turn: UserTurn) -> bool:
         """Whether ``turn``'s one word keeps the agent paused, waiting for more speech."""
         return self._word_held == turn.id
@@ -311,13 +319,17 @@ class Interruptions:
                 cleaned, speech = await asyncio.to_thread(self._speech_without_echo, *echo)
                 heard_until = _speech_end(turn, speech)
                 spoken_ms = float(speech.sum()) * WINDOW_MS
-                if cleaned is None or (not whole and self._judged.get(turn.id, -1) >= heard_until):
+                if cleaned is None or (not whole and self._speech_since_judged(turn, speech) < MIN_SPEECH_WINDOWS):
                     # No speech; or none since words already judged no interruption (the echo after a "yeah"
                     # keeps the turn going, and each new reading of the same "yeah" could go wrong). Not for
                     # words the agent is held for: the suppressor took the user's next 160 ms for echo once
                     # ("over the line.", then none, then "Hold on with...": the agent resumed in between), and
                     # the whole turn's reading decides those at its end.
                     log.log(logs.words_level(), "session %s: no new speech once the echo is out", session.id)
+                    if cleaned is None:
+                        # The turn so far is the echo: the next look pauses the agent only for speech past it (a
+                        # loud echo's residue passed one look and not the next, and paused the agent for 350 ms).
+                        self._judged = {turn.id: max(self._judged.get(turn.id, 0), turn.start + echo[3])}
                     if session.reply is not None and (whole or not self.holds_word(turn)):
                         session.reply.resume("no new speech with the echo out")
                     return

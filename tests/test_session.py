@@ -823,6 +823,27 @@ async def test_a_click_over_the_agent_pauses_it_only_while_it_lasts(monkeypatch,
     await h.session.close()
 
 
+@pytest.mark.parametrize(
+    "seconds, lead_ms",
+    [(0.1, 140), (0.16, 60)],
+    ids=["the turn takes its onset's pause over", "the turn's own pause"],
+)
+async def test_speech_that_stops_short_of_a_check_resumes_the_agent_before_its_turn_ends(monkeypatch, seconds, lead_ms):
+    # A cough: a turn, but too short for its words to be checked, which interrupts no one. Its turn ends on
+    # the silence of a complete sentence (200 ms here), after the client ran out of output.
+    h, calls = await answer_playing(monkeypatch, output_lead_ms=lead_ms)
+    for _ in range(2):  # more of it pauses the agent again
+        await h.feed(tone(seconds))
+        assert h.session.listener.turn is not None and calls[-1:] == ["pause"]
+        resumed_in_turn = False
+        while h.session.listener.turn is not None:
+            await h.feed(quiet(0.02))
+            resumed_in_turn = resumed_in_turn or (calls[-1:] == ["resume"] and h.session.listener.turn is not None)
+        assert resumed_in_turn
+    assert h.of(Clear) == []
+    await h.session.close()
+
+
 async def test_speech_that_neither_grows_nor_fades_pauses_the_agent_no_longer_than_the_output_lead(monkeypatch):
     # Between the threshold and its hysteresis below: the run neither grows into a turn nor fades.
     monkeypatch.setattr(EnergyVAD, "score", staticmethod(lambda rms: 1.0 if rms > 0.05 else 0.4 if rms > 0.005 else 0))

@@ -91,6 +91,7 @@ class Interruptions:
         self._judged: dict[int, int] = {}  # turn id: the input up to which its speech was judged no interruption
         self._onset_paused: Reply | None = None  # paused by speech too short yet for a turn (speech_begins)
         self._onset_timer: asyncio.TimerHandle | None = None  # ends that pause with the output lead
+        self._short_timer: asyncio.TimerHandle | None = None  # ends a pause for speech that stops short of a check
         self._onset_spent = False  # this run of speech paused the agent once already
         self._onset_over_echo = False  # that pause may be for the agent's echo: the echo test ends it
         self._word_held: int | None = None  # the turn whose one word keeps the agent paused (is_lone_word)
@@ -125,8 +126,9 @@ class Interruptions:
         return self._output.explains(heard, timeline.arrival_time(end))
 
     async def close(self) -> None:
-        if self._onset_timer is not None:
-            self._onset_timer.cancel()
+        for timer in (self._onset_timer, self._short_timer):
+            if timer is not None:
+                timer.cancel()
         if self._look is not None:
             self._look.cancel()
             await asyncio.gather(self._look, return_exceptions=True)
@@ -205,6 +207,8 @@ class Interruptions:
         if answer.grace_taken:
             answer.grace_taken = False
             turn.may_withdraw = True
+        if reply.paused:  # at its onset, or for this turn's speech before
+            self._end_pause_if_speech_stops(reply, turn)
         if turn.speech_ms < self.policy.min_speech_ms:
             return
         checking = turn.barge_check is not None and not turn.barge_check.done()
@@ -227,6 +231,8 @@ class Interruptions:
                 self._yield_to(turn, "")
             else:
                 reply.pause("speech over it: silent at once, as a person would, while its words are checked")
+                if action is BargeIn.PAUSE:
+                    self._end_pause_if_speech_stops(reply, turn)
         if action in (BargeIn.CHECK, BargeIn.LISTEN):
             turn.barge_checked_ms = turn.speech_ms
             turn.barge_check = asyncio.create_task(self._check(turn, turn.audio(), echo))
@@ -260,6 +266,48 @@ class Interruptions:
             self._yield_to(turn, "")
         else:
             reply.pause("speech left with the echo out")
+            if action is BargeIn.PAUSE:
+                self._end_pause_if_speech_stops(reply, turn)
+
+    def _end_pause_if_speech_stops(self, reply: Reply, turn: UserTurn) -> None:
+        """Resume ``reply``, paused for ``turn`` before any check of its words, if no speech window comes within
+        the output lead the client still plays: the user hears no gap.
+
+        Speech that stops short of ``barge_in_check_ms`` interrupts no one, and its turn is ignored when it
+        ends; held paused until then, the agent fell silent for 370 ms for a blip of its own echo once it was
+        taken out, and for 400 ms for a 96 ms turn that took its onset's pause over (scripts/bargein_eval's
+        echo rig). A user who goes on pauses it again at their next speech window. The silence is counted in
+        the input that came, not on the clock: input that stops coming (a network stall) is no silence.
+        """
+        if turn.barge_check is not None or turn.may_withdraw:
+            return  # its check decides; or the graceful way out (turn_merge) does
+        self._look_for_silence_in(self._session.settings.output_lead_ms / 1000, reply, turn, turn.last_speech)
+
+    def _look_for_silence_in(self, seconds: float, reply: Reply, turn: UserTurn, last_speech: int) -> None:
+        if self._short_timer is not None:
+            self._short_timer.cancel()
+        self._short_timer = asyncio.get_running_loop().call_later(
+            seconds, self._speech_stopped_short, reply, turn, last_speech
+        )
+
+    def _speech_stopped_short(self, reply: Reply, turn: UserTurn, last_speech: int) -> None:
+        session = self._session
+        if not (
+            session.reply is reply
+            and session.listener.turn is turn
+            and turn.last_speech == last_speech
+            and turn.barge_check is None
+            and (self._look is None or self._look.done())
+            and self._onset_paused is not reply  # its own timer ends that pause
+        ):
+            return
+        short_s = (
+            session.settings.output_lead_ms / 1000 - (session.listener.timeline.received - last_speech) / PIPELINE_RATE
+        )
+        if short_s > 0:
+            self._look_for_silence_in(max(short_s, WINDOW_MS / 1000), reply, turn, last_speech)
+        else:
+            reply.resume("the speech over it stopped short of a check")
 
     def _echo_over(self, turn: UserTurn) -> tuple[np.ndarray, np.ndarray, int, int] | None:
         """For the barge-in check of ``turn``: the input from :data:`FIT_S` before it, the output that played

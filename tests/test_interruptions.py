@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 
 import numpy as np
 import pytest
@@ -148,6 +149,35 @@ async def test_an_onset_over_the_echo_stays_paused_through_a_first_look_without_
     assert reply.paused
     await asyncio.sleep(h.settings.output_lead_ms / 1000 + 0.05)
     assert not reply.paused  # no speech came: the pause ends with the output lead the client still played
+    await h.session.close()
+
+
+@pytest.mark.parametrize("speech_left", [True, False])
+async def test_an_onsets_pause_that_runs_out_during_a_look_with_the_echo_out_waits_for_it(monkeypatch, speech_left):
+    # "Sorry, can you repeat that?": the onset's pause ran out 50 ms before the look at its turn found speech
+    # with the echo out, and the agent talked in between (scripts/bargein_eval's echo rig).
+    h, _ = await answer_playing(monkeypatch)
+    interruptions, reply = h.session.interruptions, h.session.reply
+    monkeypatch.setattr(interruptions, "_no_echo_before", lambda start: False)  # its echo may be in the input
+    turn = a_turn(h, over_agent=True)
+    h.session.listener.turn = turn
+    interruptions.speech_begins(turn.start)
+    lead_s = h.settings.output_lead_ms / 1000
+    audio = np.zeros(16 * WINDOW, np.float32)
+    speech = np.ones(16, bool) if speech_left else np.zeros(16, bool)
+
+    def slow_look(*echo):
+        time.sleep(lead_s + 0.3)  # the look outlasts the onset's pause by far
+        return (audio + 0.1 if speech_left else None), speech
+
+    monkeypatch.setattr(interruptions, "_speech_without_echo", slow_look)
+    interruptions._look = asyncio.create_task(
+        interruptions._act_on_speech(reply, turn, (audio, audio, 0, len(audio)), BargeIn.PAUSE)
+    )
+    await asyncio.sleep(lead_s + 0.02)
+    assert reply.paused  # its timer ran out; the look decides
+    await interruptions._look
+    assert reply.paused is speech_left
     await h.session.close()
 
 

@@ -133,15 +133,22 @@ async def test_a_turn_the_check_found_only_echo_in_pauses_the_agent_only_for_spe
     await h.session.close()
 
 
-async def test_an_onset_over_the_echo_stays_paused_through_a_first_look_without_speech(monkeypatch):
-    # The user's first 100 ms over a loud echo can leave no speech once the echo is out, and the next window
-    # some: resumed at once, the agent talked 50 ms between the two (scripts/bargein_eval's echo rig).
+async def onset_over_echo(monkeypatch) -> tuple[Harness, UserTurn]:
+    """A playing answer, paused at the onset of a turn over it whose input may hold the answer's echo."""
     h, _ = await answer_playing(monkeypatch)
-    interruptions, reply = h.session.interruptions, h.session.reply
-    monkeypatch.setattr(interruptions, "_no_echo_before", lambda start: False)  # its echo may be in the input
+    interruptions = h.session.interruptions
+    monkeypatch.setattr(interruptions, "_no_echo_before", lambda start: False)
     turn = a_turn(h, over_agent=True)
     h.session.listener.turn = turn
     interruptions.speech_begins(turn.start)
+    return h, turn
+
+
+async def test_an_onset_over_the_echo_stays_paused_through_a_first_look_without_speech(monkeypatch):
+    # The user's first 100 ms over a loud echo can leave no speech once the echo is out, and the next window
+    # some: resumed at once, the agent talked 50 ms between the two (scripts/bargein_eval's echo rig).
+    h, turn = await onset_over_echo(monkeypatch)
+    interruptions, reply = h.session.interruptions, h.session.reply
     assert reply.paused
     silence = np.zeros(16 * WINDOW, np.float32)
     monkeypatch.setattr(interruptions, "_speech_without_echo", lambda *echo: (None, np.zeros(16, bool)))
@@ -156,12 +163,8 @@ async def test_an_onset_over_the_echo_stays_paused_through_a_first_look_without_
 async def test_an_onsets_pause_that_runs_out_during_a_look_with_the_echo_out_waits_for_it(monkeypatch, speech_left):
     # "Sorry, can you repeat that?": the onset's pause ran out 50 ms before the look at its turn found speech
     # with the echo out, and the agent talked in between (scripts/bargein_eval's echo rig).
-    h, _ = await answer_playing(monkeypatch)
+    h, turn = await onset_over_echo(monkeypatch)
     interruptions, reply = h.session.interruptions, h.session.reply
-    monkeypatch.setattr(interruptions, "_no_echo_before", lambda start: False)  # its echo may be in the input
-    turn = a_turn(h, over_agent=True)
-    h.session.listener.turn = turn
-    interruptions.speech_begins(turn.start)
     lead_s = h.settings.output_lead_ms / 1000
     audio = np.zeros(16 * WINDOW, np.float32)
     speech = np.ones(16, bool) if speech_left else np.zeros(16, bool)

@@ -90,11 +90,10 @@ class Interruptions:
         self._look: asyncio.Task | None = None  # is speech left once the echo is out? (the pause waits for it)
         self._judged: dict[int, int] = {}  # turn id: the input up to which its speech was judged no interruption
         self._onset_paused: Reply | None = None  # paused by speech too short yet for a turn (speech_begins)
-        self._onset_timer: asyncio.TimerHandle | None = None  # ends that pause with the output lead
+        self._onset_timer: asyncio.TimerHandle | None = None  # ends that pause with the output lead; None once run
         self._short_timer: asyncio.TimerHandle | None = None  # ends a pause for speech that stops short of a check
         self._onset_spent = False  # this run of speech paused the agent once already
         self._onset_over_echo = False  # that pause may be for the agent's echo: the echo test ends it
-        self._onset_overdue = False  # its timer ran out while a look with the echo out was under way
         self._word_held: int | None = None  # the turn whose one word keeps the agent paused (is_lone_word)
         self._stop_read: int | None = None  # the turn over the echo that a reading found a stop word in
 
@@ -168,17 +167,16 @@ class Interruptions:
         # pause: it resumed the agent 20 ms into the pause for "No, that's not what I asked." (the echo rig).
         if self._onset_timer is not None:
             self._onset_timer.cancel()
-        self._onset_overdue = False
         self._onset_timer = asyncio.get_running_loop().call_later(
             session.settings.output_lead_ms / 1000, self._onset_runs_out, reply
         )
 
     def _onset_runs_out(self, reply: Reply) -> None:
+        self._onset_timer = None
         if reply is self._onset_paused and self._look is not None and not self._look.done():
             # The look at its turn's speech with the echo out is under way, and ends the pause (or keeps it for
             # speech) in a few ms: resumed now, the agent talked for 50 ms before that look paused it again
             # (scripts/bargein_eval's echo rig, "Sorry, can you repeat that?").
-            self._onset_overdue = True
             return
         self._onset_ends(reply, "the pause at the onset ran out")
 
@@ -267,7 +265,7 @@ class Interruptions:
             # with speech comes first: the user's first 100 ms over a loud echo can leave none once it is out
             # (resumed at once, the agent talked for 50 ms before the next window paused it again, in three of
             # five interruptions of an echo-rig run).
-            if self._onset_overdue:
+            if self._onset_timer is None:  # the onset's pause ran out while this look went on
                 self._onset_ends(reply, "the pause at the onset ran out, and no speech once the echo is out")
             return
         if self._speech_since_judged(turn, speech) < MIN_SPEECH_WINDOWS:

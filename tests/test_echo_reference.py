@@ -11,7 +11,7 @@ import pytest
 
 from tests.test_session import Harness, ScriptedSTT, record_pauses, tone, watch_pauses
 from voice_agent.echo_reference import INPUT_SAMPLES, QUIET_INPUT_SAMPLES, EchoReference
-from voice_agent.protocols.events import AgentAudio, AudioReceived, Clear
+from voice_agent.protocols.events import AgentAudio, AudioReceived, Clear, Transcript
 from voice_agent.replay.echo import Echo, EchoPath
 from voice_agent.user_turn import UserTurn
 
@@ -250,6 +250,7 @@ class Loudspeaker:
         # delayed frame of the last seconds: frames sent on a timer that runs late, or the test's faster ones,
         # skew that date until they are past, and the echo's path seems to move.
         self.recorded = time.monotonic()
+        self.echo = True  # whether the microphone hears the loudspeaker (not through a headset)
 
     async def talk_over(self, seconds: float, user: np.ndarray | None = None, until=lambda: False) -> None:
         """``seconds`` of microphone frames: the echo of what the session sent, plus ``user``; ``until`` ends them
@@ -267,13 +268,13 @@ class Loudspeaker:
                 elif isinstance(event, Clear):
                     self.room.cleared(now)
             self.seen = len(h.events)
-            mic = self.room.capture(self.recorded, FRAME)
+            mic = self.room.capture(self.recorded, FRAME) * float(self.echo)
             if user is not None and start < len(user):
                 mic[: len(user[start : start + FRAME])] += user[start : start + FRAME]
             h.session.handle(AudioReceived(mic))
 
 
-async def answering(monkeypatch, **settings) -> tuple[Harness, Loudspeaker]:
+async def answering(monkeypatch, echo_comes_back: bool = True, **settings) -> tuple[Harness, Loudspeaker]:
     from voice_agent.replay import echo
 
     # A loud speakerphone: 8 dB down (the rig's loudest is 10), 120 ms late.
@@ -281,6 +282,7 @@ async def answering(monkeypatch, **settings) -> tuple[Harness, Loudspeaker]:
     h = Harness(answer=" ".join(f"word{i}." for i in range(40)), **{"barge_in_force_ms": 600, **settings})
     h.session.engines.tts = VoiceTTS()
     loudspeaker = Loudspeaker(h)
+    loudspeaker.echo = echo_comes_back
     await loudspeaker.talk_over(0.5, user=tone(0.5))
     await loudspeaker.talk_over(5.0, until=lambda: h.of(AgentAudio))
     h.stt.text = "Foxtrot golf hotel."  # what Whisper would make of the echo: not acknowledgement words
@@ -350,6 +352,28 @@ async def test_the_user_over_the_echo_silences_the_agent_before_their_speech_mak
     await loudspeaker.talk_over(1.0, user=voice(5, 1.0, level=0.6))
     assert h.of(Clear)
     assert turns_at_pause[0] is None  # at its onset, as without an echo: the echo test comes after
+    await h.session.close()
+
+
+@pytest.mark.wallclock
+async def test_a_voice_that_began_over_silence_under_the_agent_is_never_taken_for_its_echo(monkeypatch):
+    # A voice correlates with the agent's output at one lag or another by chance: at 0.91, a path found 270 ms
+    # into "Stop, please wait a moment." (over a client that sent silence) took its "Stop" for echo. The surest
+    # such voice is in time with the output all through: here, its echo, heard from the moment the user speaks.
+    # The turn must outlast the output's gaps between words: a user's turn, unlike an echo's, goes on through them.
+    waits = {f"end_silence{kind}_ms": 800 for kind in ("", "_complete", "_telling", "_incomplete")}
+    h, loudspeaker = await answering(monkeypatch, echo_comes_back=False, **waits)
+    await loudspeaker.talk_over(1.2)  # the agent talks, and none of it comes back
+    h.stt.text = "Stop, please wait a moment."
+    loudspeaker.echo = True
+    await loudspeaker.talk_over(1.0, until=lambda: h.of(Clear))
+    assert h.of(Clear)
+    loudspeaker.echo = False
+    await loudspeaker.talk_over(2.0, until=lambda: h.session.listener.turn is None)
+    await loudspeaker.talk_over(0.5)
+    # Its words are the transcript's: no echo is taken out of them.
+    question, *heard = [t.text for t in h.of(Transcript) if t.role == "user" and t.final]
+    assert heard == ["Stop, please wait a moment."]
     await h.session.close()
 
 

@@ -36,6 +36,7 @@ class Floor:
         self.unanswered = unanswered
         self.own_voice = own_voice
         self.agent_holds_floor = agent_holds_floor
+        self.asked: list[tuple[int, int]] = []  # hears_own_voice's (start, end)
 
     def begin_turn(self, start):
         self.calls.append(("begin", start))
@@ -63,7 +64,8 @@ class Floor:
     def unanswered_start(self):
         return self.unanswered
 
-    def hears_own_voice(self, end):
+    def hears_own_voice(self, start, end):
+        self.asked.append((start, end))
         return self.own_voice
 
     def holds_floor(self, turn):
@@ -187,6 +189,22 @@ async def test_speech_that_is_the_agents_own_voice_makes_no_turn():
     await feed(made, tone(0.3))
     [(kind, start)] = floor.calls
     assert kind == "begin" and start < echo_end - WINDOW
+
+
+async def test_the_echo_test_is_told_where_the_speech_began_its_run_then_its_turn():
+    floor = Floor()
+    made, _ = listener(floor)
+    await feed(made, quiet(0.5))
+    onset = made.timeline.received
+    await feed(made, tone(0.3))
+    starts = [start for start, _ in floor.asked]
+    run_start = starts[0]
+    assert abs(run_start - onset) < WINDOW  # the run's first window, whichever of the two the onset falls in
+    (kind, turn_start), *_ = floor.calls
+    assert kind == "begin" and turn_start == run_start - PREROLL_SAMPLES
+    # The windows of the run until it makes a turn (96 ms: three), then each window of the turn.
+    assert starts == [run_start] * 3 + [turn_start] * (len(starts) - 3), starts
+    await made.close()
 
 
 async def test_a_pause_after_a_finished_sentence_that_the_user_goes_on_from_is_learned():

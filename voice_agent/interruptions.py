@@ -89,6 +89,7 @@ class Interruptions:
         self._output = EchoReference(session.clock())  # what the client plays: its echo is not the user
         self._look: asyncio.Task | None = None  # is speech left once the echo is out? (the pause waits for it)
         self._judged: dict[int, int] = {}  # turn id: the input up to which its speech was judged no interruption
+        self._quiet_judged = (-1, False)  # a start of speech, and whether the input was near silence before it
         self._onset_paused: Reply | None = None  # paused by speech too short yet for a turn (speech_begins)
         self._onset_timer: asyncio.TimerHandle | None = None  # ends that pause with the output lead; None once run
         self._short_timer: asyncio.TimerHandle | None = None  # ends a pause for speech that stops short of a check
@@ -115,11 +116,12 @@ class Interruptions:
         path is found in the input."""
         return self.echo_heard or self._output.path_confirmed()
 
-    def hears_own_voice(self, end: int) -> bool:
-        """Whether the input up to sample ``end`` is the agent's own output coming back."""
+    def hears_own_voice(self, start: int, end: int) -> bool:
+        """Whether the input up to sample ``end`` is the agent's own output coming back; the speech that it
+        would be part of began at sample ``start``."""
         if not self._session.settings.barge_in_ignore_echo:
             return False
-        if self._no_echo_before(end - WINDOW):
+        if self._began_over_quiet(start) or self._no_echo_before(end - WINDOW):
             return False
         timeline = self._session.listener.timeline
         heard = timeline.slice(end - ECHO_INPUT_SAMPLES, end)
@@ -179,6 +181,17 @@ class Interruptions:
             # (scripts/bargein_eval's echo rig, "Sorry, can you repeat that?").
             return
         self._onset_ends(reply, "the pause at the onset ran out")
+
+    def _began_over_quiet(self, start: int) -> bool:
+        """Whether the speech from sample ``start`` began over input near silence while the agent's output
+        played: none of that output comes back, so nothing in that speech is its echo, however well it
+        correlates with the output. A voice correlates with it at one lag or another by chance: at 0.91, a
+        path found 270 ms into "Stop, please wait a moment." took its "Stop" for echo, out of its words.
+
+        Judged once for each start, while the output before it is still kept."""
+        if start != self._quiet_judged[0]:
+            self._quiet_judged = (start, self._no_echo_before(start))
+        return self._quiet_judged[1]
 
     def _no_echo_before(self, start: int) -> bool:
         """Whether the input before sample ``start`` was near silence while the agent's output played: none of
@@ -324,7 +337,7 @@ class Interruptions:
         """For the barge-in check of ``turn``: the input from :data:`FIT_S` before it, the output that played
         over that input, the echo path's lag, and the turn's length; None when no echo of the agent can be in it."""
         session = self._session
-        if not session.settings.barge_in_ignore_echo:
+        if not session.settings.barge_in_ignore_echo or self._began_over_quiet(turn.start):
             return None
         timeline = session.listener.timeline
         start = max(timeline.start, turn.start - int(FIT_S * PIPELINE_RATE))

@@ -91,8 +91,9 @@ class TurnTaker(Protocol):
         """The start of a committed turn's audio that may yet merge with the next turn."""
         ...
 
-    def hears_own_voice(self, end: int) -> bool:
-        """Whether the input up to sample ``end`` is the agent's own output coming back."""
+    def hears_own_voice(self, start: int, end: int) -> bool:
+        """Whether the input up to sample ``end`` is the agent's own output coming back; the speech that it
+        would be part of (the turn under way, or the run of speech windows) began at sample ``start``."""
         ...
 
 
@@ -181,7 +182,7 @@ class Listener:
     def _on_window(self, probability: float) -> None:
         end = self._analysed
         threshold = self.settings.vad_threshold
-        if probability >= threshold and self._turn_taker.hears_own_voice(end):
+        if probability >= threshold and self._turn_taker.hears_own_voice(self._speech_start(end), end):
             # The agent's voice through the client's loudspeaker: silence from the user. The pre-roll
             # still reaches back over such windows: the echo test also takes the onset of a user
             # speaking over the agent for echo, and a lost "Stop" costs more than an echoed word.
@@ -222,6 +223,13 @@ class Listener:
         self._probability = probability
         if self.turn is not None:
             self._check_end_of_turn(self.turn, end, probability)
+
+    def _speech_start(self, end: int) -> int:
+        """Where the speech that the window ending at sample ``end`` would be part of began: the turn under way,
+        or the run of speech windows, this one included."""
+        if self.turn is not None:
+            return self.turn.start
+        return self._run_start(end - WINDOW)
 
     def _run_start(self, end: int) -> int:
         """Where the run of speech windows up to sample ``end`` began."""

@@ -184,8 +184,8 @@ class Session:
         self.merge.speech_faded()
         self.interruptions.speech_faded()
 
-    def hears_own_voice(self, end: int) -> bool:
-        return self.interruptions.hears_own_voice(end)
+    def hears_own_voice(self, start: int, end: int) -> bool:
+        return self.interruptions.hears_own_voice(start, end)
 
     def holds_floor(self, turn: UserTurn) -> bool:
         return turn.over_agent and not turn.may_withdraw and self.reply is not None

@@ -255,6 +255,9 @@ class StoryEndpoint(ScriptedEndpoint):
 
 async def test_barge_in_cancels_the_answer_and_truncate_shortens_the_history(story_server):
     base_url, endpoint = story_server
+    # Synthesized before the answer starts: on a busy machine, synthesized once it had played 2 s, it came after
+    # the answer's end.
+    interruption = np.concatenate([speech("Stop, please wait a moment.", 24000), silence(3.0, 24000)])
     client = await RealtimeClient.connect(base_url)
     await client.wait_for("session.created", timeout=10)
     await client.connection.session.update(session={"type": "realtime", "instructions": "You tell stories."})
@@ -270,10 +273,11 @@ async def test_barge_in_cancels_the_answer_and_truncate_shortens_the_history(sto
         "response.output_audio.delta", lambda e: len(client.audio(created.response.id)) > 2 * 24000 * 2.0, timeout=15
     )
     await microphone
-    microphone = asyncio.create_task(
-        client.stream(np.concatenate([speech("Stop, please wait a moment.", 24000), silence(3.0, 24000)]))
-    )
+    microphone = asyncio.create_task(client.stream(interruption))
     started = await client.wait_for("input_audio_buffer.speech_started", timeout=10)
+    # The client stops its playback at the user's speech, as Realtime clients do, having played only the first
+    # second: the history keeps only those words. Sent then, the truncation precedes the interruption's answer.
+    await client.connection.conversation.item.truncate(item_id=item_id, content_index=0, audio_end_ms=1000)
     done = await client.wait_for("response.done", timeout=10)
     assert done.response.id == created.response.id
     assert done.response.status == "cancelled" and done.response.status_details.reason == "turn_detected"
@@ -287,8 +291,6 @@ async def test_barge_in_cancels_the_answer_and_truncate_shortens_the_history(sto
         for at, e in client.received
         if at > stopped_at and e.type == "response.output_audio.delta" and e.response_id == created.response.id
     ], "no audio of the cancelled answer after response.done"
-    # The client played only the first second: the history keeps only those words.
-    await client.connection.conversation.item.truncate(item_id=item_id, content_index=0, audio_end_ms=1000)
     truncated = await client.wait_for("conversation.item.truncated", timeout=5)
     assert truncated.item_id == item_id and truncated.audio_end_ms == 1000
     # The interruption is a turn of its own: its answer's prompt shows the truncated history.

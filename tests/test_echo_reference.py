@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from tests.test_session import Harness, ScriptedSTT, record_pauses, tone, watch_pauses
-from voice_agent.echo_reference import INPUT_SAMPLES, QUIET_INPUT_SAMPLES, EchoReference
+from voice_agent.echo_reference import INPUT_SAMPLES, MAX_LAG_S, QUIET_INPUT_SAMPLES, EchoReference
 from voice_agent.protocols.events import AgentAudio, AudioReceived, Clear, Transcript
 from voice_agent.replay.echo import Echo, EchoPath
 from voice_agent.user_turn import UserTurn
@@ -134,6 +134,19 @@ def test_silence_tells_nothing_before_the_output_had_time_to_come_back():
     assert not reference.silent_under(hiss[-QUIET_INPUT_SAMPLES:], 1.0)  # nothing played
     reference.played(voice(1, 2.0), RATE, 0.6)
     assert not reference.silent_under(hiss[-QUIET_INPUT_SAMPLES:], 1.0)  # its echo may yet come
+
+
+def test_output_played_through_the_input_looked_at_only_within_one_stretch():
+    reference = EchoReference(origin=0.0)
+    reference.played(voice(1, 2.0), RATE, 1.0)  # plays from 1 s to 3 s
+    window_s = QUIET_INPUT_SAMPLES / RATE
+    assert reference.played_through(QUIET_INPUT_SAMPLES, 1.0 + window_s)
+    assert not reference.played_through(QUIET_INPUT_SAMPLES, 0.9 + window_s)  # from before it began
+    assert reference.played_through(QUIET_INPUT_SAMPLES, 3.0 + MAX_LAG_S)  # the input its end comes back in
+    assert not reference.played_through(QUIET_INPUT_SAMPLES, 3.1 + MAX_LAG_S)  # past its end: no echo due
+    reference.played(voice(2, 1.0), RATE, 4.0)  # a new stretch
+    assert not reference.played_through(QUIET_INPUT_SAMPLES, 4.5)
+    assert reference.played_through(QUIET_INPUT_SAMPLES, 4.0 + window_s)
 
 
 def test_a_voice_in_time_with_the_output_off_the_echos_path_is_not_echo():
@@ -374,6 +387,29 @@ async def test_a_voice_that_began_over_silence_under_the_agent_is_never_taken_fo
     # Its words are the transcript's: no echo is taken out of them.
     question, *heard = [t.text for t in h.of(Transcript) if t.role == "user" and t.final]
     assert heard == ["Stop, please wait a moment."]
+    await h.session.close()
+
+
+@pytest.mark.wallclock
+async def test_a_call_whose_input_was_silent_under_the_agent_hears_speech_as_an_answer_begins(monkeypatch):
+    # Speech that begins as an answer does (a user going on after a pause) comes before enough of the answer has
+    # played to tell it from the answer's echo, and its onset correlates with the answer's own at some lag: with
+    # no echo at all, the echo test took such speech for echo. A call whose input was near silence under the
+    # agent's voice before has none. The surest such speech keeps time with the answer: here, a recording of
+    # the same answer as it played before, from 300 ms into it.
+    waits = {f"end_silence{kind}_ms": 800 for kind in ("", "_complete", "_telling", "_incomplete")}
+    h, loudspeaker = await answering(monkeypatch, echo_comes_back=False, **waits)
+    await loudspeaker.talk_over(1.5)  # the agent talks, and none of it comes back
+    answer = np.concatenate([e.samples for e in h.of(AgentAudio)]) * 0.5
+    h.stt.text = "Stop. What about tomorrow?"
+    await loudspeaker.talk_over(1.0, user=voice(5, 0.8, level=0.6), until=lambda: h.of(Clear))
+    assert h.of(Clear)
+    seen = len(h.events)
+    await loudspeaker.talk_over(3.0, until=lambda: any(isinstance(e, AgentAudio) for e in h.events[seen:]))
+    await loudspeaker.talk_over(0.3)
+    await loudspeaker.talk_over(0.6, user=answer)
+    turn = h.session.listener.turn
+    assert turn is not None and turn.speech_ms >= 400  # the user's: the answer gave way to it at once
     await h.session.close()
 
 

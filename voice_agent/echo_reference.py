@@ -223,6 +223,14 @@ class EchoReference:
         played = float(np.quantile(back, 0.9))
         return played >= SILENT_RMS and float(np.quantile(_envelope(heard), 0.9)) <= SILENT_UNDER * played
 
+    def played_through(self, length: int, heard_end_at: float) -> bool:
+        """Whether one stretch of output played all through the output that :meth:`silent_under` compares
+        ``length`` samples of input, the last arriving at ``heard_end_at``, with. Where it played through only
+        part of it, as an answer ends, the input's loud blocks may be too few to count: its echo was there."""
+        max_lag = int(MAX_LAG_S * PIPELINE_RATE) // BLOCK * BLOCK
+        end = self._index(heard_end_at)
+        return self._began <= end - length and self._drains >= end - max_lag
+
     def path_confirmed(self) -> bool:
         """Whether the output has come back on a path, in separate windows enough that it is no chance."""
         return self._lag is not None and self._finds >= PATH_CONFIRMATIONS

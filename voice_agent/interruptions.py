@@ -90,6 +90,10 @@ class Interruptions:
         self._look: asyncio.Task | None = None  # is speech left once the echo is out? (the pause waits for it)
         self._judged: dict[int, int] = {}  # turn id: the input up to which its speech was judged no interruption
         self._quiet_judged = (-1, False)  # a start of speech, and whether the input was near silence before it
+        # The input was near silence all through a stretch of the agent's output: its voice does not come back
+        # in this call (a headset, the client's echo cancelling), unless its words are heard (echo_heard).
+        self._echo_free = False
+        self._quiet_looked = 0  # the input received when the agent's talk was last looked at for that
         self._onset_paused: Reply | None = None  # paused by speech too short yet for a turn (speech_begins)
         self._onset_timer: asyncio.TimerHandle | None = None  # ends that pause with the output lead; None once run
         self._short_timer: asyncio.TimerHandle | None = None  # ends a pause for speech that stops short of a check
@@ -104,6 +108,7 @@ class Interruptions:
         def send_watched(event: OutputEvent) -> None:
             if isinstance(event, AgentAudio):
                 self._output.played(event.samples, self._session.sample_rate, self._session.clock())
+                self._look_for_quiet_input()
             elif isinstance(event, Clear):
                 self._output.cleared(self._session.clock())
             send(event)
@@ -195,15 +200,35 @@ class Interruptions:
 
     def _no_echo_before(self, start: int) -> bool:
         """Whether the input before sample ``start`` was near silence while the agent's output played: none of
-        it comes back, and an echo path found before was found by chance, in a user's voice (forgotten)."""
+        it comes back, and an echo path found before was found by chance, in a user's voice (forgotten).
+
+        Once that held all through a stretch of output, it holds for the call: no speech in it is the agent's
+        echo. Judged afresh for each speech, a user who goes on just as an answer begins could not be told from
+        its echo (too little of it played to tell), and one onset correlates with another at some lag: with
+        no echo at all, the echo test took words said 300 to 600 ms into an answer for it (offline, the
+        eval's recorded speech over an answer of Piper's)."""
         if not self._session.settings.barge_in_ignore_echo:
             return True  # its echo is the user's speech then, as any speech is
-        timeline = self._session.listener.timeline
-        heard = timeline.slice(max(timeline.start, start - QUIET_INPUT_SAMPLES), start)
-        if not self._output.silent_under(heard, timeline.arrival_time(start)):
-            return False
+        if not self._echo_free or self.echo_heard:
+            timeline = self._session.listener.timeline
+            heard = timeline.slice(max(timeline.start, start - QUIET_INPUT_SAMPLES), start)
+            heard_end_at = timeline.arrival_time(start)
+            if not self._output.silent_under(heard, heard_end_at):
+                return False
+            if self._output.played_through(len(heard), heard_end_at):
+                self._echo_free = True
         self._output.forget_path()
         return True
+
+    def _look_for_quiet_input(self) -> None:
+        """While the agent talks, every half of the input that :meth:`_no_echo_before` looks at: is it near
+        silence under the output? Then the call is known free of its echo before the user speaks over it."""
+        if self._echo_free or self.echo_heard:
+            return
+        received = self._session.listener.timeline.received
+        if received - self._quiet_looked >= QUIET_INPUT_SAMPLES // 2:
+            self._quiet_looked = received
+            self._no_echo_before(received)
 
     def speech_faded(self) -> None:
         """The speech that paused the agent at its onset made no turn: the agent goes on."""

@@ -368,15 +368,22 @@ async def test_the_user_over_the_echo_silences_the_agent_before_their_speech_mak
     await h.session.close()
 
 
+async def answering_without_echo(monkeypatch, seconds: float) -> tuple[Harness, Loudspeaker]:
+    """An answer whose echo does not come back, ``seconds`` into it. The user's turns must outlast the output's
+    gaps between words: a user's turn, unlike an echo's, goes on through them."""
+    waits = {f"end_silence{kind}_ms": 800 for kind in ("", "_complete", "_telling", "_incomplete")}
+    h, loudspeaker = await answering(monkeypatch, echo_comes_back=False, **waits)
+    await loudspeaker.talk_over(seconds)
+    return h, loudspeaker
+
+
 @pytest.mark.wallclock
-async def test_a_voice_that_began_over_silence_under_the_agent_is_never_taken_for_its_echo(monkeypatch):
+@pytest.mark.parametrize("quiet_s", [0.8, 1.5])  # before, then once, the call is known free of echo
+async def test_a_voice_that_began_over_silence_under_the_agent_is_never_taken_for_its_echo(monkeypatch, quiet_s):
     # A voice correlates with the agent's output at one lag or another by chance: at 0.91, a path found 270 ms
     # into "Stop, please wait a moment." (over a client that sent silence) took its "Stop" for echo. The surest
     # such voice is in time with the output all through: here, its echo, heard from the moment the user speaks.
-    # The turn must outlast the output's gaps between words: a user's turn, unlike an echo's, goes on through them.
-    waits = {f"end_silence{kind}_ms": 800 for kind in ("", "_complete", "_telling", "_incomplete")}
-    h, loudspeaker = await answering(monkeypatch, echo_comes_back=False, **waits)
-    await loudspeaker.talk_over(1.2)  # the agent talks, and none of it comes back
+    h, loudspeaker = await answering_without_echo(monkeypatch, quiet_s)
     h.stt.text = "Stop, please wait a moment."
     loudspeaker.echo = True
     await loudspeaker.talk_over(1.0, until=lambda: h.of(Clear))
@@ -397,9 +404,7 @@ async def test_a_call_whose_input_was_silent_under_the_agent_hears_speech_as_an_
     # no echo at all, the echo test took such speech for echo. A call whose input was near silence under the
     # agent's voice before has none. The surest such speech keeps time with the answer: here, a recording of
     # the same answer as it played before, from 300 ms into it.
-    waits = {f"end_silence{kind}_ms": 800 for kind in ("", "_complete", "_telling", "_incomplete")}
-    h, loudspeaker = await answering(monkeypatch, echo_comes_back=False, **waits)
-    await loudspeaker.talk_over(1.5)  # the agent talks, and none of it comes back
+    h, loudspeaker = await answering_without_echo(monkeypatch, 1.5)
     answer = np.concatenate([e.samples for e in h.of(AgentAudio)]) * 0.5
     h.stt.text = "Stop. What about tomorrow?"
     await loudspeaker.talk_over(1.0, user=voice(5, 0.8, level=0.6), until=lambda: h.of(Clear))

@@ -680,6 +680,31 @@ async def test_the_user_going_on_right_after_the_answer_starts_withdraws_it_and_
     await h.session.close()
 
 
+class OnsetAsFillerSTT:
+    """Whisper's reading of a user going on: "Um." for its first few hundred ms, words once there is more."""
+
+    async def transcribe(self, audio):
+        await asyncio.sleep(0.01)
+        return "Um." if (np.abs(audio) > 0.1).sum() < 0.35 * RATE else "Um, the pasta."
+
+
+async def test_a_filler_read_as_the_user_goes_on_right_after_the_answer_starts_keeps_the_agent_silent():
+    h = Harness(answer=" ".join(f"w{i}." for i in range(40)), reply_grace_ms=1000)
+    await h.feed(tone(0.5), realtime=False)
+    await h.feed(quiet(0.3))
+    await h.until(lambda: h.of(AgentAudio))
+    h.session.engines.stt = OnsetAsFillerSTT()
+    await h.feed(quiet(0.2))
+    checked_at = await feed_until_turn(h, tone(0.7))
+    await h.feed(tone(0.6))
+    await h.until(lambda: h.of(Clear))
+    cleared_at = h.events.index(h.of(Clear)[0])
+    # Silent from the user's first speech window until the answer was withdrawn: "Um." resumed nothing.
+    assert [e for e in h.events[checked_at:cleared_at] if isinstance(e, AgentAudio)] == []
+    assert [m.values for m in h.of(Metrics) if m.values.get("withdrawn")]
+    await h.session.close()
+
+
 async def test_where_the_agents_echo_comes_back_the_grace_pauses_nothing_and_withdraws_nothing(monkeypatch):
     from voice_agent.echo_reference import EchoReference
 

@@ -458,6 +458,18 @@ class Interruptions:
         # a noise.
         cut_off = not whole and self.policy.is_cut_off(text)
         if not cut_off and self.policy.is_backchannel(text):
+            if turn.may_withdraw and not whole:
+                # The user went on right after the agent began: a filler or a hum there is their next words
+                # begun more often than an acknowledgement ("Um." for the first 256 ms of "... the pasta", in
+                # the endpointing eval; resumed, the answer talked over them for 800 ms more). The agent stays
+                # silent: the words are read again as the speech grows, and whole once it ends.
+                log.log(logs.words_level(), "session %s: not yet an interruption, in the grace: %r", session.id, text)
+                self._judged = {turn.id: heard_until}
+                if session.listener.turn is turn:
+                    self._word_held = turn.id
+                else:
+                    self.check_whole(turn)
+                return
             log.log(logs.words_level(), "session %s: not an interruption: %r", session.id, text)
             self._judged = {turn.id: heard_until}
             reply.resume("a backchannel")

@@ -463,12 +463,7 @@ class Interruptions:
                 # begun more often than an acknowledgement ("Um." for the first 256 ms of "... the pasta", in
                 # the endpointing eval; resumed, the answer talked over them for 800 ms more). The agent stays
                 # silent: the words are read again as the speech grows, and whole once it ends.
-                log.log(logs.words_level(), "session %s: not yet an interruption, in the grace: %r", session.id, text)
-                self._judged = {turn.id: heard_until}
-                if session.listener.turn is turn:
-                    self._word_held = turn.id
-                else:
-                    self.check_whole(turn)
+                self._read_again(turn, text, heard_until, ", in the grace")
                 return
             log.log(logs.words_level(), "session %s: not an interruption: %r", session.id, text)
             self._judged = {turn.id: heard_until}
@@ -504,12 +499,7 @@ class Interruptions:
             # first 300 ms as "in", and the whole of it as "NMM" (scripts/bargein_eval). Over the echo the
             # same holds for words that stop no one: what is left of the echo under an "mm-hmm" or a laugh
             # read as "in the thumb." or "You're just a bit" (the echo rig).
-            log.log(logs.words_level(), "session %s: not yet an interruption: %r", session.id, text)
-            self._judged = {turn.id: heard_until}
-            if session.listener.turn is turn:
-                self._word_held = turn.id
-            else:
-                self.check_whole(turn)
+            self._read_again(turn, text, heard_until)
             return
         if echo is not None and spoken_ms < WORDS_OVER_ECHO_MIN_MS and not stop:
             log.log(
@@ -524,6 +514,16 @@ class Interruptions:
         self._yield_to(turn, text)
         if session.listener.turn is not turn:
             session.commit(turn)  # it ended while we listened: answer it now that the agent is quiet
+
+    def _read_again(self, turn: UserTurn, text: str, heard_until: int, where: str = "") -> None:
+        """``text``, read in ``turn`` up to sample ``heard_until``, is not yet an interruption: the agent stays
+        paused, and the words are read again as the speech grows, or whole if the turn has ended."""
+        log.log(logs.words_level(), "session %s: not yet an interruption%s: %r", self._session.id, where, text)
+        self._judged = {turn.id: heard_until}
+        if self._session.listener.turn is turn:
+            self._word_held = turn.id
+        else:
+            self.check_whole(turn)
 
     async def words_without_echo(self, turn: UserTurn, text: str) -> str:
         """The words of committed ``turn`` with the agent's echo out of its audio, for a turn that began over

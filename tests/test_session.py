@@ -12,6 +12,7 @@ import pytest
 from voice_agent.answer import TurnState
 from voice_agent.config import Settings
 from voice_agent.engines import Engines
+from voice_agent.listener import PREROLL_SAMPLES
 from voice_agent.protocols.events import (
     AgentAudio,
     AudioReceived,
@@ -1080,4 +1081,21 @@ async def test_speech_over_the_agent_ends_on_a_short_silence_whatever_its_words(
     assert h.session.listener.turn is not None and h.session.listener.turn.over_agent
     await h.feed(quiet(0.6))
     assert h.session.listener.turn is None  # over on the complete-sentence silence: the word alone then decides
+    await h.session.close()
+
+
+async def test_speech_that_goes_on_soon_after_an_ignored_turn_over_the_agent_is_one_turn_with_it(monkeypatch):
+    # "Stop, please wait a moment." over the agent: its "Stop," (short of a check) ended a turn at the comma,
+    # which was ignored, and the interruption's words lost it.
+    h, _ = await answer_playing(monkeypatch)
+    first = h.session.listener.timeline.received
+    await h.feed(tone(0.15))  # short of barge_in_check_ms
+    await h.feed(quiet(0.35))  # past the turn's end: ignored
+    assert h.session.listener.turn is None
+    await feed_until_turn(h, tone(0.3))
+    assert h.session.listener.turn.start < first  # from the ignored turn's start, its pre-roll before its speech
+    await h.feed(quiet(1.5))  # long past: a new turn of its own
+    later = h.session.listener.timeline.received
+    await feed_until_turn(h, tone(0.3))
+    assert h.session.listener.turn.start > later - PREROLL_SAMPLES - WINDOW
     await h.session.close()

@@ -45,6 +45,8 @@ MIN_SPEECH_WINDOWS = 3
 # over the echo (scripts/bargein_eval; 416 and 320 ms of speech), and the agent gave up its answer to them.
 # "Tell me more." takes about 600 ms.
 WORDS_OVER_ECHO_MIN_MS = 500
+# Speech over the agent that starts (its pre-roll included) this soon after an ignored turn ended goes on from it.
+GOES_ON_S = 0.3
 
 
 def _next_to_speech(speech: np.ndarray) -> np.ndarray:
@@ -101,6 +103,7 @@ class Interruptions:
         self._onset_over_echo = False  # that pause may be for the agent's echo: the echo test ends it
         self._word_held: int | None = None  # the turn whose one word keeps the agent paused (is_lone_word)
         self._stop_read: int | None = None  # the turn over the echo that a reading found a stop word in
+        self._ignored: tuple[int, int] | None = None  # the last turn over the agent ignored: its start, last speech
 
     def watching_output(self, send: Callable[[OutputEvent], None]) -> Callable[[OutputEvent], None]:
         """``send``, with the agent's audio and the client's buffer clears noted first, for :meth:`hears_own_voice`."""
@@ -120,6 +123,20 @@ class Interruptions:
         """Whether the agent's own voice comes back in this session: its words were heard, or its output's echo
         path is found in the input."""
         return self.echo_heard or self._output.path_confirmed()
+
+    def ignored(self, turn: UserTurn) -> None:
+        """``turn``, over the agent, ended short of interrupting it."""
+        self._ignored = (turn.start, turn.last_speech)
+
+    def reach_back(self, start: int) -> int:
+        """Where a turn over the agent whose speech's pre-roll reaches back to sample ``start`` begins: at the
+        turn before it, if that one was ignored and ended at most :data:`GOES_ON_S` before. "Stop, please wait
+        a moment." said over the agent paused at the comma past the end of a turn, and its "Stop," (224 ms of
+        speech, short of a check) was ignored: the interruption's words lost it."""
+        ignored, self._ignored = self._ignored, None
+        if ignored is None or start - ignored[1] > GOES_ON_S * PIPELINE_RATE:
+            return start
+        return max(self._session.listener.timeline.start, min(start, ignored[0]))
 
     def hears_own_voice(self, start: int, end: int) -> bool:
         """Whether the input up to sample ``end`` is the agent's own output coming back; the speech that it

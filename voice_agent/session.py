@@ -171,7 +171,8 @@ class Session:
     # Turn taking: what the listener asks.
 
     def begin_turn(self, start: int) -> tuple[int, bool]:
-        return self.merge.begin_turn(start)
+        start, over_agent = self.merge.begin_turn(start)
+        return (self.interruptions.reach_back(start) if over_agent else start), over_agent
 
     def unanswered_start(self) -> int | None:
         return self.merge.unanswered_start()
@@ -243,6 +244,7 @@ class Session:
                 return
             # Speech over the agent that never reached barge-in: a backchannel or noise.
             log.debug("session %s: ignoring %.0f ms of speech over the agent", self.id, turn.speech_ms)
+            self.interruptions.ignored(turn)
             turn.drop_prepared()
             self.reply.resume("the speech over it ended without an interruption")
             return

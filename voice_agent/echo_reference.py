@@ -57,6 +57,7 @@ SILENT_RMS = 1e-4  # reference this quiet carries no envelope to compare
 # no echo of it: a headset, a browser's echo cancellation.
 SILENT_UNDER = 10 ** (-30 / 20)
 INPUT_SAMPLES = int(WINDOW_S * PIPELINE_RATE) // BLOCK * BLOCK  # the input an answer needs
+MAX_LAG_SAMPLES = int(MAX_LAG_S * PIPELINE_RATE) // BLOCK * BLOCK
 # The input :meth:`EchoReference.silent_under` needs: the echo of its first half's output is in it over any path.
 QUIET_INPUT_SAMPLES = 2 * int(MAX_LAG_S * PIPELINE_RATE) // BLOCK * BLOCK
 # Reference kept behind the present: what the echo test needs, and the barge-in check's span of input
@@ -151,7 +152,7 @@ class EchoReference:
         ``heard`` needs :data:`INPUT_SAMPLES`; with less, it is not echo.
         """
         window = INPUT_SAMPLES
-        max_lag = int(MAX_LAG_S * PIPELINE_RATE) // BLOCK * BLOCK
+        max_lag = MAX_LAG_SAMPLES
         end = self._index(heard_end_at)
         if self._drains <= end - window - max_lag or len(heard) < window:
             return False  # nothing played that could come back now
@@ -214,7 +215,7 @@ class EchoReference:
         """Whether ``heard`` (16 kHz input, its last sample arriving at ``heard_end_at``; over
         :data:`MAX_LAG_S` of it) is near silence (:data:`SILENT_UNDER`) beside the output whose echo would be
         in it over any path: no echo reaches the input. False when too little of that output played to tell."""
-        max_lag = int(MAX_LAG_S * PIPELINE_RATE) // BLOCK * BLOCK
+        max_lag = MAX_LAG_SAMPLES
         if len(heard) < max_lag + ONSET_BLOCKS * BLOCK:
             return False
         end = self._index(heard_end_at)
@@ -227,7 +228,7 @@ class EchoReference:
         """Whether one stretch of output played all through the output that :meth:`silent_under` compares
         ``length`` samples of input, the last arriving at ``heard_end_at``, with. Where it played through only
         part of it, as an answer ends, the input's loud blocks may be too few to count: its echo was there."""
-        max_lag = int(MAX_LAG_S * PIPELINE_RATE) // BLOCK * BLOCK
+        max_lag = MAX_LAG_SAMPLES
         end = self._index(heard_end_at)
         return self._began <= end - length and self._drains >= end - max_lag
 
@@ -254,7 +255,7 @@ class EchoReference:
         The lag is found on the first ``echo_alone`` samples of ``heard`` (the input before the
         speech over the agent), where the echo is alone: its own, as each call's path is.
         """
-        max_lag = int(MAX_LAG_S * PIPELINE_RATE) // BLOCK * BLOCK
+        max_lag = MAX_LAG_SAMPLES
         end = self._index(heard_end_at)
         if self._lag is None or self._drains <= end - len(heard) - max_lag:
             # Nothing played that could come back then; or no echo was ever found in this session, and on

@@ -40,13 +40,39 @@ ECHO_TAIL_S = 1.0
 # Speech windows (32 ms) the barge-in check's audio must still hold once the agent's echo is taken out:
 # a noise over the echo is speech to the VAD because of the echo under it.
 MIN_SPEECH_WINDOWS = 3
+# A speech window once the echo is out must have kept this share of the input's amplitude: Silero hears speech
+# in what is left of the echo (in 3 of 4 stretches of 480 ms of a Piper answer's echo through the rig's rooms,
+# three windows or more), which keeps 3 % (the suppressor's floor) to 26 % (p95) of it; a user's voice over the
+# echo keeps 75 to 96 % (medians of the barge-in eval's turns). Offline, 2 to 3 % of those stretches kept three
+# such windows, and 88 % of the user's windows were kept (docs/endpointing.md).
+MIN_KEPT_SHARE = 0.15
 # Words that stop no one, heard over the echo, interrupt once their turn ends only if they held this much
 # speech with the echo out: Whisper read "It's fine." into a door slam and "in a moment." into a "mm-hmm"
 # over the echo (scripts/bargein_eval; 416 and 320 ms of speech), and the agent gave up its answer to them.
 # "Tell me more." takes about 600 ms.
 WORDS_OVER_ECHO_MIN_MS = 500
+# A word held over the echo (one word is not yet an interruption) is all there is once this much of its turn
+# holds no speech after it with the echo out: words are a few tens of ms apart, stop closures 100 ms.
+WORD_DONE_S = 0.25
 # Speech over the agent that starts (its pre-roll included) this soon after an ignored turn ended goes on from it.
 GOES_ON_S = 0.3
+
+
+def kept_shares(heard: np.ndarray, cleaned: np.ndarray) -> np.ndarray:
+    """For each whole VAD window, the share of ``heard``'s amplitude that ``cleaned`` (it, the echo turned down)
+    kept."""
+    windows = min(len(heard), len(cleaned)) // WINDOW
+    before = heard[: windows * WINDOW].astype(np.float64).reshape(windows, WINDOW)
+    after = cleaned[: windows * WINDOW].astype(np.float64).reshape(windows, WINDOW)
+    return np.sqrt(np.sum(after**2, axis=1) / np.maximum(np.sum(before**2, axis=1), 1e-20))
+
+
+def speech_left(heard: np.ndarray, cleaned: np.ndarray, probabilities: np.ndarray, threshold: float) -> np.ndarray:
+    """Which VAD windows of ``cleaned`` (``heard`` with the echo turned down; Silero's ``probabilities`` of it)
+    are speech: not what is left of the echo."""
+    count = min(len(probabilities), len(cleaned) // WINDOW)
+    kept = kept_shares(heard, cleaned)[:count] >= MIN_KEPT_SHARE
+    return without_lone_windows((np.asarray(probabilities[:count]) >= threshold) & kept)
 
 
 def _next_to_speech(speech: np.ndarray) -> np.ndarray:
@@ -396,8 +422,8 @@ class Interruptions:
         """The turn's last ``length`` samples of ``heard`` with the echo of ``played`` turned down and only its
         speech kept (None when it holds no speech: a noise over the echo), and which VAD windows are speech."""
         cleaned = suppress_echo(heard, played, lag)[-length:]
-        probabilities = self._session.engines.vad.stream().process(cleaned)
-        speech = without_lone_windows(np.array(probabilities, dtype=np.float64) >= self._session.settings.vad_threshold)
+        probabilities = np.array(self._session.engines.vad.stream().process(cleaned), dtype=np.float64)
+        speech = speech_left(heard[-length:], cleaned, probabilities, self._session.settings.vad_threshold)
         return speech_only(cleaned, speech), speech
 
     def _speech_since_judged(self, turn: UserTurn, speech: np.ndarray) -> int:
@@ -444,6 +470,11 @@ class Interruptions:
                         # The turn so far is the echo: the next look pauses the agent only for speech past it (a
                         # loud echo's residue passed one look and not the next, and paused the agent for 350 ms).
                         self._judged = {turn.id: max(self._judged.get(turn.id, 0), turn.start + echo[3])}
+                    if self.holds_word(turn) and turn.start + echo[3] - heard_until >= WORD_DONE_S * PIPELINE_RATE:
+                        # Its speech with the echo out ended a while ago: that word was all (128 ms of a -11 dB
+                        # echo's residue read "Blip." held the agent for 680 ms, until the echo's turn ended, in
+                        # the echo rig). A user who goes on pauses it again at their next speech.
+                        self._word_held = None
                     if session.reply is not None and (whole or not self.holds_word(turn)):
                         session.reply.resume("no new speech with the echo out")
                     return

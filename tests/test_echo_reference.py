@@ -10,7 +10,14 @@ import numpy as np
 import pytest
 
 from tests.test_session import Harness, ScriptedSTT, record_pauses, tone, watch_pauses
-from voice_agent.echo_reference import INPUT_SAMPLES, MAX_LAG_S, QUIET_INPUT_SAMPLES, EchoReference
+from voice_agent.echo_reference import (
+    BLOCK,
+    INPUT_SAMPLES,
+    MAX_LAG_S,
+    QUIET_INPUT_SAMPLES,
+    SETTLE_BLOCKS,
+    EchoReference,
+)
 from voice_agent.protocols.events import AgentAudio, AudioReceived, Clear, Transcript
 from voice_agent.replay.echo import Echo, EchoPath
 from voice_agent.user_turn import UserTurn
@@ -115,6 +122,28 @@ def test_the_echo_of_an_answers_start_is_explained_with_the_users_last_words_jus
     results = _listen(agent, mic)
     first = _between(results, echo_from, echo_from + 0.2)  # the windows of the echo's first 200 ms
     assert first and all(first)
+
+
+@pytest.mark.parametrize("delay_ms", [50.0, 240.0])
+def test_an_answers_echo_path_is_settled_only_once_enough_of_it_came_back_at_that_lag(delay_ms):
+    # A -25 dB echo 237 ms late settled at 410 ms on the 50 ms of the answer that had come back at that lag
+    # (the echo rig), and the echo's next syllables, unexplained there, cleared the agent.
+    agent = np.concatenate([np.zeros(RATE, np.float32), voice(1, 2.0)])
+    mic = 1e-4 * np.random.default_rng(9).standard_normal(len(agent)).astype(np.float32)
+    mic += _through(-18.0, delay_ms, agent)
+    reference = EchoReference(origin=0.0)
+    settled: list[tuple[float, int | None]] = []
+    for sent in range(0, len(agent), FRAME):
+        if agent[sent : sent + FRAME].any():
+            reference.played(agent[sent : sent + FRAME], RATE, sent / RATE)
+        end = sent + FRAME
+        if end % CHECK < FRAME and end >= INPUT_SAMPLES:
+            reference.explains(mic[end - INPUT_SAMPLES : end], end / RATE)
+            if reference._settled:
+                settled.append((end / RATE, reference._lag))
+    at, lag = settled[0]
+    assert at >= 1.0 + delay_ms / 1000 + SETTLE_BLOCKS * BLOCK / RATE
+    assert lag is not None and abs(lag * BLOCK / RATE - delay_ms / 1000) <= 0.03
 
 
 @pytest.mark.parametrize("gain_db", [-10.0, -25.0])

@@ -106,36 +106,6 @@ async def test_words_the_agent_is_held_for_over_the_echo_wait_for_the_turns_end(
     await h.session.close()
 
 
-@pytest.mark.parametrize("speech_after_word, held", [([], False), ([22, 23], True)])
-async def test_a_word_held_over_the_echo_lets_the_agent_go_once_no_speech_follows_it(
-    monkeypatch, speech_after_word, held
-):
-    # 128 ms of a -11 dB echo's residue read "Blip." held the agent; the next check found no speech after it
-    # once the echo was out, and the agent stayed silent until the echo's turn ended, 680 ms in all
-    # (scripts/bargein_eval's echo rig). A word whose residue still runs on at the check's end stays held.
-    h, _ = await answer_playing(monkeypatch)
-    interruptions, reply = h.session.interruptions, h.session.reply
-    turn = a_turn(h, over_agent=True)
-    h.session.listener.turn = turn  # it goes on
-    word = np.zeros(16, bool)
-    word[4:8] = True
-    checked = np.zeros(16 * WINDOW, np.float32)
-    monkeypatch.setattr(interruptions, "_speech_without_echo", lambda *echo: (checked + 0.1, word))
-    h.stt.text = "Blip."
-    reply.pause("test")
-    await interruptions._check(turn, checked, (checked, checked, 0, len(checked)))
-    assert reply.paused and interruptions.holds_word(turn)
-    # The turn 256 ms longer: no speech after the word with the echo out (512 ms), or two windows just now.
-    grown = np.zeros(24, bool)
-    grown[4:8] = True
-    grown[speech_after_word] = True
-    audio = np.zeros(24 * WINDOW, np.float32)
-    monkeypatch.setattr(interruptions, "_speech_without_echo", lambda *echo: (audio + 0.1, grown))
-    await interruptions._check(turn, audio, (audio, audio, 0, len(audio)))
-    assert reply.paused is held and interruptions.holds_word(turn) is held
-    await h.session.close()
-
-
 @pytest.mark.parametrize("new_windows, pauses", [(2, False), (3, True)])
 async def test_a_turn_the_check_found_only_echo_in_pauses_the_agent_only_for_speech_past_it(
     monkeypatch, new_windows, pauses

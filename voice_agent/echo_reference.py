@@ -281,6 +281,12 @@ class EchoReference:
         if last - first < ONSET_BLOCKS:
             return None
         lags, correlation = _correlations(heard_env[first:last], reference_env[first : last + lead])
+        # As in :meth:`explains`: at a lag at which little of the output has come back yet, an onset correlates
+        # with the output's by chance (a -10 dB echo 168 ms late was taken out at 430 ms, 400 ms into its answer,
+        # and its own words were left to clear it).
+        echo_from = np.maximum(first, int(playing[0]) - lead + np.arange(len(correlation)))  # at each lag
+        reached = last - echo_from >= SETTLE_BLOCKS
+        correlation = np.where(reached, correlation, -1.0)
         lag = int(np.argmax(correlation))
         if correlation[lag] < PATH_CORRELATION:
             lag = self._lag  # the path this call's echo took before

@@ -51,9 +51,6 @@ MIN_KEPT_SHARE = 0.15
 # over the echo (scripts/bargein_eval; 416 and 320 ms of speech), and the agent gave up its answer to them.
 # "Tell me more." takes about 600 ms.
 WORDS_OVER_ECHO_MIN_MS = 500
-# A word held over the echo (one word is not yet an interruption) is all there is once this much of its turn
-# holds no speech after it with the echo out: words are a few tens of ms apart, stop closures 100 ms.
-WORD_DONE_S = 0.25
 # Speech over the agent that starts (its pre-roll included) this soon after an ignored turn ended goes on from it.
 GOES_ON_S = 0.3
 
@@ -470,11 +467,6 @@ class Interruptions:
                         # The turn so far is the echo: the next look pauses the agent only for speech past it (a
                         # loud echo's residue passed one look and not the next, and paused the agent for 350 ms).
                         self._judged = {turn.id: max(self._judged.get(turn.id, 0), turn.start + echo[3])}
-                    if self.holds_word(turn) and turn.start + echo[3] - heard_until >= WORD_DONE_S * PIPELINE_RATE:
-                        # Its speech with the echo out ended a while ago: that word was all (128 ms of a -11 dB
-                        # echo's residue read "Blip." held the agent for 680 ms, until the echo's turn ended, in
-                        # the echo rig). A user who goes on pauses it again at their next speech.
-                        self._word_held = None
                     if session.reply is not None and (whole or not self.holds_word(turn)):
                         session.reply.resume("no new speech with the echo out")
                     return

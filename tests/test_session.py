@@ -794,6 +794,35 @@ async def test_a_turn_that_took_the_grace_leaves_no_onset_pause_for_a_later_one(
     await h.session.close()
 
 
+@pytest.mark.parametrize("echo_possible", [True, False])
+async def test_a_blip_in_the_grace_where_the_echo_may_be_lets_the_answer_go_on_at_once(monkeypatch, echo_possible):
+    # A speakerphone's echo at an answer's start, its path not yet known, paused the answer in the grace with a
+    # blip of 160 ms; read as the agent's words, its turn waited for a telling's end, 2.2 s of silence (the
+    # echo rig). Where no echo can be in the speech, a user going on keeps the answer paused until they end.
+    calls = record_pauses(monkeypatch)
+    # A sentence the user has not ended waits 2 s, as at the defaults (--end-silence-incomplete-ms).
+    h = Harness(
+        answer=" ".join(f"w{i}." for i in range(40)),
+        reply_grace_ms=1000,
+        end_silence_incomplete_ms=2000,
+        end_silence_complete_ms=350,
+    )
+    h.stt.text = "What time do you open?"
+    await h.feed(tone(0.5), realtime=False)
+    await h.feed(quiet(0.5))
+    await h.until(lambda: h.of(AgentAudio))
+    calls.clear()
+    # Whether the input was near silence under the agent's output before the speech began.
+    monkeypatch.setattr(h.session.interruptions, "_began_over_quiet", lambda start: not echo_possible)
+    h.stt.text = "I want to go to"
+    await h.feed(tone(0.15))
+    assert "pause" in calls and "resume" not in calls
+    await h.feed(quiet(0.6))
+    assert (calls[-1:] == ["resume"]) is echo_possible
+    assert (h.session.listener.turn is None) is echo_possible
+    await h.session.close()
+
+
 async def test_a_noise_right_after_the_answer_starts_only_pauses_it():
     h = Harness(answer=" ".join(f"w{i}." for i in range(20)), reply_grace_ms=1000)
     await h.feed(tone(0.5), realtime=False)

@@ -227,6 +227,11 @@ class Interruptions:
             return
         self._onset_ends(reply, "the pause at the onset ran out")
 
+    def may_hold_echo(self, turn: UserTurn) -> bool:
+        """Whether the agent's echo may be in ``turn``'s speech: the input before it was not near silence under
+        the agent's output."""
+        return bool(self._session.settings.barge_in_ignore_echo) and not self._began_over_quiet(turn.start)
+
     def _began_over_quiet(self, start: int) -> bool:
         """Whether the speech from sample ``start`` began over input near silence while the agent's output
         played: none of that output comes back, so nothing in that speech is its echo, however well it

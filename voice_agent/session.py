@@ -189,7 +189,18 @@ class Session:
         return self.interruptions.hears_own_voice(start, end)
 
     def holds_floor(self, turn: UserTurn) -> bool:
-        return turn.over_agent and not turn.may_withdraw and self.reply is not None
+        """Whether ``turn``, over the agent, ends on a short silence, whatever its words: it has not taken the floor.
+
+        A turn that may withdraw the answer (the user going on in the grace) waits for the end of the user's
+        sentence, unless its speech stopped short of a barge-in check where the agent's echo may be in it: a
+        blip of its own echo that paused an answer as it began (a speakerphone call's start, the echo's path not
+        yet known), read as the agent's words, held it silent for 2.2 s, until a telling's end
+        (scripts/bargein_eval's echo rig)."""
+        if not turn.over_agent or self.reply is None:
+            return False
+        if not turn.may_withdraw:
+            return True
+        return turn.speech_ms < self.settings.barge_in_check_ms and self.interruptions.may_hold_echo(turn)
 
     def user_speaks(self, turn: UserTurn) -> None:
         """Interrupt the agent for real speech, not for "mm-hm" or a cough (:mod:`.interruptions`)."""

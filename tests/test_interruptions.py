@@ -10,7 +10,7 @@ import pytest
 
 from tests.test_session import Harness, answer_playing, quiet, tone
 from voice_agent.barge_in import BargeIn
-from voice_agent.protocols.events import ResponseEnded, TurnIgnored
+from voice_agent.protocols.events import AgentAudio, ResponseEnded, TurnIgnored
 from voice_agent.user_turn import UserTurn
 from voice_agent.vad import WINDOW
 
@@ -50,6 +50,17 @@ async def test_the_last_answers_words_coming_back_right_after_it_are_its_echo():
     assert not interruptions.echoes_last_answer(a_turn(h), "What about Tuesday?")
     assert interruptions.not_for_agent(a_turn(h), "five six") and interruptions.echo_heard
     assert not h.of(TurnIgnored)  # its own voice is dropped without a word to the client
+    await h.session.close()
+
+
+async def test_in_a_call_known_free_of_echo_the_last_answers_words_right_after_it_are_the_users():
+    h = Harness(answer=" ".join(f"w{i}." for i in range(30)))
+    await h.feed(tone(0.5), realtime=False)
+    await h.feed(quiet(0.3))
+    await h.until(lambda: h.of(AgentAudio))
+    while not h.of(ResponseEnded):
+        await h.feed(quiet(0.1))  # the input silent under the whole answer: no echo comes back in this call
+    assert not h.session.interruptions.echoes_last_answer(a_turn(h), "w28. w29.")
     await h.session.close()
 
 

@@ -604,6 +604,8 @@ class Interruptions:
         session = self._session
         if not session.settings.barge_in_ignore_echo or self._finished is None:
             return False
+        if self._echo_free and not self.echo_heard:
+            return False  # "Four." said as an answer ended was taken for its "... your order." (endpointing eval)
         reply, ended_at = self._finished
         began_at = session.listener.timeline.arrival_time(turn.start)
         if began_at > ended_at + ECHO_TAIL_S:

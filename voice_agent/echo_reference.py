@@ -63,7 +63,7 @@ SILENT_UNDER = 10 ** (-30 / 20)
 INPUT_SAMPLES = int(WINDOW_S * PIPELINE_RATE) // BLOCK * BLOCK  # the input an answer needs
 MAX_LAG_SAMPLES = int(MAX_LAG_S * PIPELINE_RATE) // BLOCK * BLOCK
 # The input :meth:`EchoReference.silent_under` needs: the echo of its first half's output is in it over any path.
-QUIET_INPUT_SAMPLES = 2 * int(MAX_LAG_S * PIPELINE_RATE) // BLOCK * BLOCK
+QUIET_INPUT_SAMPLES = 2 * MAX_LAG_SAMPLES
 # Reference kept behind the present: what the echo test needs, and the barge-in check's span of input
 # (the overlapping speech and the echo before it) for :meth:`EchoReference.played_over`.
 KEEP_S = 3.0

@@ -406,10 +406,9 @@ class Interruptions:
     def _echo_over(self, turn: UserTurn) -> tuple[np.ndarray, np.ndarray, int, int] | None:
         """For the barge-in check of ``turn``: the input from :data:`FIT_S` before it, the output that played
         over that input, the echo path's lag, and the turn's length; None when no echo of the agent can be in it."""
-        session = self._session
-        if not session.settings.barge_in_ignore_echo or self._began_over_quiet(turn.start):
+        if not self.may_hold_echo(turn):
             return None
-        timeline = session.listener.timeline
+        timeline = self._session.listener.timeline
         start = max(timeline.start, turn.start - int(FIT_S * PIPELINE_RATE))
         heard = timeline.slice(start, turn.last_speech)
         length = turn.last_speech - turn.start

@@ -99,6 +99,19 @@ def test_a_user_speaking_over_the_echo_is_not_explained(level):
     assert sum(during) <= 0.2 * len(during)
 
 
+# The user two to three times as loud as the echo, and quieter than the agent: each window's own fit of the echo's
+# gain, the user's voice in it, stays under MAX_GAIN.
+@pytest.mark.parametrize(
+    ("gain_db", "level", "seed"), [(-14.0, 0.05, 7), (-18.0, 0.07, 11), (-18.0, 0.05, 7), (-22.0, 0.03, 11)]
+)
+def test_a_user_over_a_settled_echo_louder_than_it_came_back_before_is_not_explained(gain_db, level, seed):
+    results = replay(gain_db, 150.0, voice(seed, 1.0, level), user_at_s=1.5)
+    before = _between(results, 0.9, 1.5)
+    assert sum(before) >= 0.9 * len(before)
+    # Past the user's first syllable's rise, none of their windows: taken for echo, they break a turn in pieces.
+    assert not any(_between(results, 1.6, 2.5))
+
+
 def test_a_user_alone_while_the_agent_talks_is_not_explained():
     # No echo path (a headset): every window the user speaks in is theirs, at the agent's level.
     for seed in (7, 8, 11):

@@ -112,6 +112,21 @@ def test_a_user_over_a_settled_echo_louder_than_it_came_back_before_is_not_expla
     assert not any(_between(results, 1.6, 2.5))
 
 
+def test_input_explained_well_past_the_paths_gain_does_not_raise_it():
+    # Windows under GAIN_JUMP are explained, and a user's voice keeps some there for 300 ms and more ("Actually,"
+    # over a -13 dB echo): kept in the path's running gain, they raised it until the user's next syllables, louder
+    # still, passed as echo. Here the input grows to 1.7 times the echo for 600 ms, then to 2.6 times.
+    agent = voice(1, 3.5)
+    mic = 1e-4 * np.random.default_rng(9).standard_normal(len(agent) + RATE).astype(np.float32)
+    mic[: len(agent)] += _through(-14.0, 150.0, agent)
+    mic[int(1.5 * RATE) : int(2.1 * RATE)] *= 1.7
+    mic[int(2.1 * RATE) : int(3.0 * RATE)] *= 2.6
+    results = _listen(agent, mic)
+    before = _between(results, 0.9, 1.5)
+    assert sum(before) >= 0.9 * len(before)
+    assert not any(_between(results, 2.6, 3.0))
+
+
 def test_a_user_alone_while_the_agent_talks_is_not_explained():
     # No echo path (a headset): every window the user speaks in is theirs, at the agent's level.
     for seed in (7, 8, 11):

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import soundfile
 
 from tests.test_echo_suppression import through_room
 from voice_agent.echo_suppression import suppress_echo
 from voice_agent.interruptions import MIN_SPEECH_WINDOWS, speech_left
+from voice_agent.replay.script import load_audio
 from voice_agent.vad import SileroVAD
 
 pytestmark = pytest.mark.models
@@ -29,9 +29,7 @@ def vad():
 
 
 def recorded(name: str) -> np.ndarray:
-    audio, rate = soundfile.read(TURNS / f"{name}.flac", dtype="float32")
-    assert rate == RATE
-    return audio
+    return load_audio(TURNS / f"{name}.flac", RATE)
 
 
 @pytest.fixture(scope="module")

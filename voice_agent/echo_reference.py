@@ -15,9 +15,10 @@ the reference's at every lag up to ``MAX_LAG_S``; the best lag gives the
 echo's gain. Input is echo when it correlates (``MIN_CORRELATION``), is
 quieter than what was played (``MAX_GAIN``: an echo path loses a few dB at
 least) and, once the path is settled, not much louder than it came back
-before (``GAIN_JUMP``), and its latest blocks are no louder than that echo predicts
-(``ONSET_MARGIN``): a user starting to speak over the echo breaks the last
-condition at once, before the long window stops correlating.
+before (``GAIN_JUMP``), and its latest blocks are no louder than that echo
+predicts (``ONSET_MARGIN``; at the path's running gain once it is known): a
+user starting to speak over the echo breaks the last condition at once,
+before the long window stops correlating.
 """
 
 from __future__ import annotations

@@ -23,6 +23,8 @@ before the long window stops correlating.
 
 from __future__ import annotations
 
+from collections import deque
+
 import numpy as np
 
 from .audio import PIPELINE_RATE, StreamResampler
@@ -122,7 +124,7 @@ class EchoReference:
         self._resampler: StreamResampler | None = None
         self._lag: int | None = None  # blocks: the echo path's delay, once one has been found
         self._settled = False  # this stretch of output came back on that path
-        self._gains: list[float] = []  # of the latest windows explained on the settled path, oldest first
+        self._gains: deque[float] = deque(maxlen=GAIN_HISTORY)  # of the latest windows kept on the settled path
         # Another lag the output correlates at: the lag, and the reference indices of its first and last window.
         self._elsewhere: tuple[int, int, int] | None = None
         self._began = 0  # reference index where this stretch of output began
@@ -140,7 +142,7 @@ class EchoReference:
         now = self._index(at)
         if now - self._drains > NEW_OUTPUT_S * PIPELINE_RATE:
             self._settled, self._elsewhere = False, None
-            self._gains = []
+            self._gains.clear()
             self._began = now
         begin = max(self._drains, now)
         end = begin + len(samples)
@@ -211,7 +213,7 @@ class EchoReference:
             return False
         if finds_path:
             self._lag, self._elsewhere = best, None
-            self._gains = []
+            self._gains.clear()
             # Where this stretch began within the window, few blocks of it came back at a long lag, and an
             # onset correlates with another onset: a path found on them is found again at the next window.
             self._settled = (end - self._began) // BLOCK - best >= SETTLE_BLOCKS
@@ -224,7 +226,7 @@ class EchoReference:
             self._finds += 1
             self._last_find = end
         if explained and self._settled and (path_gain is None or gain <= GAIN_KEPT * path_gain):
-            self._gains = [*self._gains[1 - GAIN_HISTORY :], gain]
+            self._gains.append(gain)
         return explained
 
     def _path_gain(self) -> float | None:
@@ -281,7 +283,7 @@ class EchoReference:
         """
         self._lag, self._elsewhere = None, None
         self._settled = False
-        self._gains = []
+        self._gains.clear()
         self._finds = 0
 
     def echo_path(self, heard: np.ndarray, heard_end_at: float, echo_alone: int) -> tuple[np.ndarray, int] | None:

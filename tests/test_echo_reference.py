@@ -9,7 +9,7 @@ import zlib
 import numpy as np
 import pytest
 
-from tests.test_session import Harness, ScriptedSTT, record_pauses, tone, watch_pauses
+from tests.test_session import Harness, ReadsAsSpeech, ScriptedSTT, record_pauses, tone, watch_pauses
 from voice_agent.echo_reference import (
     BLOCK,
     INPUT_SAMPLES,
@@ -475,7 +475,7 @@ async def test_a_call_whose_input_was_silent_under_the_agent_hears_speech_as_an_
     await h.session.close()
 
 
-class EchoReadingSTT:
+class EchoReadingSTT(ReadsAsSpeech):
     """Whisper's way with an echo: a "yeah" alone reads "Yeah."; with the agent's echo under it, the echo's
     words come too ("Okay now." for the agent's "... right now"). The first 200 ms of the check's audio are
     its pre-roll, before the user's sound: the echo, if it is still in."""
@@ -519,7 +519,7 @@ async def test_one_word_over_the_echo_waits_for_more_speech(monkeypatch):
     await h.session.close()
 
 
-class OwnWordSTT:
+class OwnWordSTT(ReadsAsSpeech):
     """What is left of the agent's echo once it is taken out, read as the word the agent is saying (its "you",
     in scripts/bargein_eval's echo rig)."""
 
@@ -560,9 +560,11 @@ async def test_a_noise_read_as_mostly_its_own_words_over_the_echo_does_not_stop_
 
 
 @pytest.mark.wallclock
-async def test_a_word_of_its_own_left_over_the_echo_does_not_hold_the_agent(monkeypatch):
+@pytest.mark.parametrize("no_speech", [False, True], ids=["read as speech", "judged no speech"])
+async def test_a_word_of_its_own_left_over_the_echo_does_not_hold_the_agent(monkeypatch, no_speech):
     h, loudspeaker = await answering(monkeypatch, barge_in_force_ms=900)
     h.session.engines.stt = stt = OwnWordSTT(h)
+    stt.no_speech = no_speech  # Whisper unsure of the residue: the agent's own words are its echo all the same
     resumes = []  # at each resume after a check: whether the turn still went on
 
     def recorded(name, reply):
@@ -579,6 +581,21 @@ async def test_a_word_of_its_own_left_over_the_echo_does_not_hold_the_agent(monk
 
 
 @pytest.mark.wallclock
+async def test_a_noise_whisper_reads_as_words_but_judges_no_speech_over_the_echo_does_not_stop_the_agent(monkeypatch):
+    # Whisper's reading of a long hiss over the echo rig, once the echo was out: it cleared the agent.
+    h, loudspeaker = await answering(monkeypatch, barge_in_force_ms=5000)  # the words decide
+    h.session.engines.stt = stt = ScriptedSTT("I'm gonna be a good one.")
+    stt.no_speech = True
+    await loudspeaker.talk_over(1.2)
+    await loudspeaker.talk_over(1.5, user=voice(5, 1.2, level=0.6))
+    await loudspeaker.talk_over(1.0)
+    assert stt.calls >= 2  # read as it went on, and whole
+    assert h.of(Clear) == []
+    assert not h.session.reply.paused
+    await h.session.close()
+
+
+@pytest.mark.wallclock
 async def test_a_user_who_goes_on_after_one_word_over_the_echo_stops_the_agent(monkeypatch):
     h, loudspeaker = await answering(monkeypatch, barge_in_force_ms=900)
     h.session.engines.stt = ScriptedSTT("Out", "Out of the fish, I want the soup.")
@@ -588,7 +605,7 @@ async def test_a_user_who_goes_on_after_one_word_over_the_echo_stops_the_agent(m
     await h.session.close()
 
 
-class TurnEndReadingSTT:
+class TurnEndReadingSTT(ReadsAsSpeech):
     """Reads speech as ``during`` while a user turn goes on, and as ``after`` once it has ended."""
 
     def __init__(self, listener, during: str, after: str):

@@ -12,6 +12,7 @@ import pytest
 from voice_agent.answer import TurnState
 from voice_agent.config import Settings
 from voice_agent.engines import Engines
+from voice_agent.interfaces import Reading
 from voice_agent.listener import PREROLL_SAMPLES
 from voice_agent.protocols.events import (
     AgentAudio,
@@ -49,7 +50,17 @@ class EnergyVAD:
         return 1.0 if rms > 0.05 else 0.3 if rms > 0.005 else 0.0
 
 
-class FakeSTT:
+class ReadsAsSpeech:
+    """A fake STT's :meth:`~voice_agent.interfaces.STTBackend.read`: its transcript, judged speech unless
+    ``no_speech`` says otherwise."""
+
+    no_speech = False
+
+    async def read(self, audio):
+        return Reading(await self.transcribe(audio), self.no_speech)
+
+
+class FakeSTT(ReadsAsSpeech):
     def __init__(self):
         self.calls = 0
         self.text: str | None = None  # what it hears, instead of "word" per 100 ms of tone
@@ -72,7 +83,7 @@ class FakeSTT:
         pass
 
 
-class ScriptedSTT:
+class ScriptedSTT(ReadsAsSpeech):
     """Reads each check's audio as the next of ``readings``, the last one from then on."""
 
     def __init__(self, *readings: str):
@@ -681,7 +692,7 @@ async def test_the_user_going_on_right_after_the_answer_starts_withdraws_it_and_
     await h.session.close()
 
 
-class OnsetAsFillerSTT:
+class OnsetAsFillerSTT(ReadsAsSpeech):
     """Whisper's reading of a user going on: "Um." for its first few hundred ms, words once there is more."""
 
     async def transcribe(self, audio):
@@ -951,6 +962,38 @@ async def test_a_consonant_read_alone_keeps_the_agent_paused_for_the_word_it_beg
     # agent would talk on until the next check.
     h, calls = await answer_playing(monkeypatch)
     h.session.engines.stt = ToneLengthSTT(0.3, "x", "Actually, cancel that.")
+    await h.feed(tone(0.6))
+    await h.until(lambda: h.of(Clear))
+    assert "resume" not in calls
+    await h.session.close()
+
+
+async def test_words_whisper_judges_no_speech_do_not_interrupt(monkeypatch):
+    # Whisper's reading of a laugh over the agent (scripts/bargein_eval): two words, that it judges no speech.
+    h, calls = await answer_playing(monkeypatch)
+    h.session.engines.stt = stt = ScriptedSTT("That's it.")
+    stt.no_speech = True
+    await h.feed(tone(0.6))
+    await h.feed(quiet(0.5))
+    assert stt.calls >= 2  # read as it went on, and whole
+    assert h.of(Clear) == []
+    assert calls[-1:] == ["resume"]
+    await h.session.close()
+
+
+class UnsureOnsetSTT(ToneLengthSTT):
+    """Reads a user's first few hundred ms as ``short``, judged no speech, and words once there is more."""
+
+    async def read(self, audio):
+        text = await self.transcribe(audio)
+        return Reading(text, no_speech=text == self.short)
+
+
+async def test_a_first_reading_judged_no_speech_keeps_the_agent_paused_for_more(monkeypatch):
+    # Whisper judged the first 300 ms of a quiet "Okay." in an AMI meeting no speech. Resumed as for a
+    # backchannel, the agent would talk on over a user who goes on, until the next check.
+    h, calls = await answer_playing(monkeypatch)
+    h.session.engines.stt = UnsureOnsetSTT(0.3, "Okay.", "Okay, stop there.")
     await h.feed(tone(0.6))
     await h.until(lambda: h.of(Clear))
     assert "resume" not in calls

@@ -10,6 +10,7 @@ One engine serves every session of a process; per-session state lives in what
 from __future__ import annotations
 
 from collections.abc import AsyncGenerator
+from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
@@ -29,9 +30,22 @@ class VADBackend(Protocol):
         ...
 
 
+@dataclass(frozen=True)
+class Reading:
+    """What a speech-to-text model made of some audio."""
+
+    text: str
+    no_speech: bool  # the model judges that the audio holds no speech: ``text`` is its guess at a noise
+
+
 class STTBackend(Protocol):
     async def transcribe(self, audio: np.ndarray) -> str:
         """The words in 16 kHz ``audio``. Cannot be interrupted: a caller that no longer needs it drops the result."""
+        ...
+
+    async def read(self, audio: np.ndarray) -> Reading:
+        """As :meth:`transcribe`, with the model's judgement of whether ``audio`` holds speech at all: for sound
+        that is likely a noise (over the agent), which Whisper reads words into ("Oh my god." for a hiss)."""
         ...
 
     async def warm_up(self) -> None:

@@ -23,6 +23,7 @@ from .echo import ECHO_SHARE, WHOLE_ECHO_SHARE, others_words, timed_words, words
 from .echo_reference import INPUT_SAMPLES as ECHO_INPUT_SAMPLES
 from .echo_reference import QUIET_INPUT_SAMPLES, EchoReference
 from .echo_suppression import FIT_S, suppress_echo
+from .interfaces import Reading
 from .protocols.events import AgentAudio, Clear, OutputEvent, TurnIgnored
 from .reply import Reply
 from .turn import has_words
@@ -475,18 +476,19 @@ class Interruptions:
                         session.reply.resume("no new speech with the echo out")
                     return
                 audio = cleaned
-            text = await session.engines.stt.transcribe(audio)
+            reading = await session.engines.stt.read(audio)
             log.log(
                 logs.words_level(),
-                "session %s: barge-in check after %.0f ms of speech, %s: %r",
+                "session %s: barge-in check after %.0f ms of speech, %s: %s",
                 session.id,
                 turn.speech_ms,
                 "no echo path" if echo is None else f"echo out at lag {echo[2]}, {spoken_ms:.0f} ms of speech left",
-                text,
+                f"{reading.text!r}{', judged no speech' if reading.no_speech else ''}",
             )
         except Exception:
             log.exception("session %s: barge-in transcription failed", session.id)
-            text = "?"  # unknown words: treat as speech
+            reading = Reading("?", no_speech=False)  # unknown words: treat as speech
+        text = reading.text
         reply = session.reply
         if reply is None:
             return
@@ -497,10 +499,17 @@ class Interruptions:
             self._judged = {turn.id: heard_until}
             reply.resume("its own voice")
             return
+        if reading.no_speech:
+            # Words that Whisper itself judges no speech, and not the agent's (its echo, however unsure the
+            # reading), are its reading of a noise: "I'm gonna be a good one." for a hiss, "That's it." for a
+            # laugh, over the rig's echo. Offline, none of the eval's interruptions over the echo was so judged,
+            # and every hiss and laugh that left speech with the echo out was (docs/endpointing.md).
+            text = ""
         # A consonant alone is a word the check cut off, which more speech finishes ("x", then "Actually"): the
-        # agent stays paused for it as for a lone word, not resumed as for a hum. Read from the whole turn, it is
-        # a noise.
-        cut_off = not whole and self.policy.is_cut_off(text)
+        # agent stays paused for it as for a lone word, not resumed as for a hum. So is the first of a user's
+        # speech judged no speech (the first 300 ms of a quiet "Okay." in a meeting). Read from the whole turn,
+        # either is a noise.
+        cut_off = not whole and (reading.no_speech or self.policy.is_cut_off(text))
         if not cut_off and self.policy.is_backchannel(text):
             if turn.may_withdraw and not whole:
                 # The user went on right after the agent began: a filler or a hum there is their next words
@@ -580,7 +589,10 @@ class Interruptions:
             return text
         try:
             cleaned, _ = await asyncio.to_thread(self._speech_without_echo, *echo)
-            return "" if cleaned is None else await self._session.engines.stt.transcribe(cleaned)
+            if cleaned is None:
+                return ""
+            reading = await self._session.engines.stt.read(cleaned)
+            return "" if reading.no_speech else reading.text
         except Exception:
             log.exception("session %s: transcribing without the echo failed", self._session.id)
             return text

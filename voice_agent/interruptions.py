@@ -499,17 +499,18 @@ class Interruptions:
             self._judged = {turn.id: heard_until}
             reply.resume("its own voice")
             return
-        if reading.no_speech:
-            # Words that Whisper itself judges no speech, and not the agent's (its echo, however unsure the
-            # reading), are its reading of a noise: "I'm gonna be a good one." for a hiss, "That's it." for a
-            # laugh, over the rig's echo. Offline, none of the eval's interruptions over the echo was so judged,
-            # and every hiss and laugh that left speech with the echo out was (docs/endpointing.md).
+        # Words that Whisper itself judges no speech, and not the agent's (its echo, however unsure the reading),
+        # are its reading of a noise: "I'm gonna be a good one." for a hiss, "That's it." for a laugh, over the
+        # rig's echo. Offline, none of the eval's interruptions over the echo was so judged, and 21 of the 24
+        # readings of a hiss or a laugh that left speech with the echo out were (docs/endpointing.md). Not in the
+        # grace: there the user most likely goes on with their turn, which may be quiet (a meeting's "Okay.").
+        noise = reading.no_speech and not turn.may_withdraw
+        if noise:
             text = ""
         # A consonant alone is a word the check cut off, which more speech finishes ("x", then "Actually"): the
-        # agent stays paused for it as for a lone word, not resumed as for a hum. So is the first of a user's
-        # speech judged no speech (the first 300 ms of a quiet "Okay." in a meeting). Read from the whole turn,
-        # either is a noise.
-        cut_off = not whole and (reading.no_speech or self.policy.is_cut_off(text))
+        # agent stays paused for it as for a lone word, not resumed as for a hum. So is the first of a noise,
+        # which may be a user's first syllable. Read from the whole turn, either is a noise.
+        cut_off = not whole and (noise or self.policy.is_cut_off(text))
         if not cut_off and self.policy.is_backchannel(text):
             if turn.may_withdraw and not whole:
                 # The user went on right after the agent began: a filler or a hum there is their next words

@@ -114,6 +114,7 @@ class Interruptions:
         self._finished: tuple[Reply, float] | None = None  # the last answer played to its end, and when
         self._output = EchoReference(session.clock())  # what the client plays: its echo is not the user
         self._look: asyncio.Task | None = None  # is speech left once the echo is out? (the pause waits for it)
+        self._short_check: asyncio.Task | None = None  # a stop word in a short turn over the agent? (check_short)
         self._judged: dict[int, int] = {}  # turn id: the input up to which its speech was judged no interruption
         self._quiet_judged = (-1, False)  # a start of speech, and whether the input was near silence before it
         # The input was near silence all through a stretch of the agent's output: its voice does not come back
@@ -177,9 +178,10 @@ class Interruptions:
         for timer in (self._onset_timer, self._short_timer):
             if timer is not None:
                 timer.cancel()
-        if self._look is not None:
-            self._look.cancel()
-            await asyncio.gather(self._look, return_exceptions=True)
+        tasks = [task for task in (self._look, self._short_check) if task is not None]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
     def answer_finished(self, reply: Reply, at: float) -> None:
         self._finished = (reply, at)
@@ -444,6 +446,44 @@ class Interruptions:
         """``turn``, held on one word, ended: its whole audio decides, a word alone included."""
         turn.barge_check = asyncio.create_task(self._check(turn, turn.audio(), self._echo_over(turn), whole=True))
 
+    def check_short(self, turn: UserTurn) -> None:
+        """``turn``, over the agent, ended short of a barge-in check, and the agent went on: a stop word in its
+        words stops the agent all the same. "Stop.", "No." and "Wait." said at once hold 160 to 320 ms of
+        speech (Piper's, over the echo rig's rooms), and the check waits for 250; no short noise or
+        acknowledgement over the echo was read with one (docs/endpointing.md)."""
+        if self._session.control.turn_detection.interrupt_response:
+            self._short_check = asyncio.create_task(self._stop_if_told(turn, self._echo_over(turn)))
+
+    async def _stop_if_told(self, turn: UserTurn, echo: tuple[np.ndarray, np.ndarray, int, int] | None) -> None:
+        session = self._session
+        try:
+            text = await self._words(turn, echo)
+        except Exception:
+            log.exception("session %s: reading a short turn over the agent failed", session.id)
+            return
+        reply = session.reply
+        if reply is None or not self.policy.has_stop_word(text):
+            log.log(logs.words_level(), "session %s: no stop word in a short turn over the agent: %r", session.id, text)
+            return
+        if session.settings.barge_in_ignore_echo and self._is_own_voice(turn, text, reply, echo_out=echo is not None):
+            log.log(logs.words_level(), "session %s: the agent's own voice: %r", session.id, text)
+            self.echo_heard = True
+            return
+        self._yield_to(turn, text)
+        session.commit(turn)
+
+    async def _words(self, turn: UserTurn, echo: tuple[np.ndarray, np.ndarray, int, int] | None) -> str:
+        """``turn``'s words with ``echo`` (:meth:`_echo_over`) out of its audio: none where no speech is left, or
+        where Whisper judges what is left no speech."""
+        audio = turn.audio()
+        if echo is not None:
+            cleaned, _ = await asyncio.to_thread(self._speech_without_echo, *echo)
+            if cleaned is None:
+                return ""
+            audio = cleaned
+        reading = await self._session.engines.stt.read(audio)
+        return "" if reading.no_speech else reading.text
+
     async def _check(
         self,
         turn: UserTurn,
@@ -589,11 +629,7 @@ class Interruptions:
         if not turn.over_agent or (echo := self._echo_over(turn)) is None:
             return text
         try:
-            cleaned, _ = await asyncio.to_thread(self._speech_without_echo, *echo)
-            if cleaned is None:
-                return ""
-            reading = await self._session.engines.stt.read(cleaned)
-            return "" if reading.no_speech else reading.text
+            return await self._words(turn, echo)
         except Exception:
             log.exception("session %s: transcribing without the echo failed", self._session.id)
             return text

@@ -258,6 +258,8 @@ class Session:
             self.interruptions.ignored(turn)
             turn.drop_prepared()
             self.reply.resume("the speech over it ended without an interruption")
+            if turn.barge_check is None:
+                self.interruptions.check_short(turn)  # which commits it if it interrupts
             return
         self.announce(turn)
         self.emit(TurnCommitted(turn.id, turn.last_speech * 1000 // PIPELINE_RATE))

@@ -983,6 +983,17 @@ async def test_words_whisper_judges_no_speech_do_not_interrupt(monkeypatch):
     await h.session.close()
 
 
+async def test_a_stop_word_whisper_judges_no_speech_still_interrupts(monkeypatch):
+    # Whisper judged a "Wait." over the agent no speech at its check (scripts/bargein_eval's short words).
+    h, calls = await answer_playing(monkeypatch)
+    h.session.engines.stt = stt = ScriptedSTT("Wait...")
+    stt.no_speech = True
+    await h.feed(tone(0.6))
+    await h.feed(quiet(0.5))
+    assert h.of(Clear)
+    await h.session.close()
+
+
 class UnsureOnsetSTT(ToneLengthSTT):
     """Reads a user's first few hundred ms as ``short``, judged no speech, and words once there is more."""
 
@@ -1002,10 +1013,12 @@ async def test_a_first_reading_judged_no_speech_keeps_the_agent_paused_for_more(
     await h.session.close()
 
 
-async def test_a_stop_word_too_short_for_a_check_still_stops_the_agent_and_is_answered(monkeypatch):
+@pytest.mark.parametrize("no_speech", [False, True], ids=["read as speech", "judged no speech"])
+async def test_a_stop_word_too_short_for_a_check_still_stops_the_agent_and_is_answered(monkeypatch, no_speech):
     # "Stop." said at once holds 160 to 320 ms of speech, and the check waits for 250.
     h, calls = await answer_playing(monkeypatch)
-    h.session.engines.stt = ScriptedSTT("Stop.")
+    h.session.engines.stt = stt = ScriptedSTT("Stop.")
+    stt.no_speech = no_speech  # a stop word is no noise's reading
     await h.feed(tone(0.18))
     assert h.session.listener.turn is not None and h.session.listener.turn.barge_check is None  # no check
     await h.feed(quiet(0.6))
@@ -1014,15 +1027,10 @@ async def test_a_stop_word_too_short_for_a_check_still_stops_the_agent_and_is_an
     await h.session.close()
 
 
-@pytest.mark.parametrize(
-    "reading, no_speech",
-    [("Okay.", False), ("That's great.", False), ("No.", True)],
-    ids=["an acknowledgement", "other words", "a stop word judged no speech"],
-)
-async def test_a_short_turn_without_a_stop_word_does_not_stop_the_agent(monkeypatch, reading, no_speech):
+@pytest.mark.parametrize("reading", ["Okay.", "That's great."], ids=["an acknowledgement", "other words"])
+async def test_a_short_turn_without_a_stop_word_does_not_stop_the_agent(monkeypatch, reading):
     h, calls = await answer_playing(monkeypatch)
     h.session.engines.stt = stt = ScriptedSTT(reading)
-    stt.no_speech = no_speech
     await h.feed(tone(0.18))
     await h.feed(quiet(0.8))
     assert stt.calls  # it was read

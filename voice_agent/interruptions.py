@@ -27,7 +27,7 @@ from .interfaces import Reading
 from .protocols.events import AgentAudio, Clear, OutputEvent, TurnIgnored
 from .reply import Reply
 from .turn import has_words
-from .user_turn import UserTurn
+from .user_turn import SPEECH_TAIL_SAMPLES, UserTurn
 from .vad import WINDOW, WINDOW_MS
 
 if TYPE_CHECKING:
@@ -406,16 +406,18 @@ class Interruptions:
         else:
             reply.resume("the speech over it stopped short of a check")
 
-    def _echo_over(self, turn: UserTurn) -> tuple[np.ndarray, np.ndarray, int, int] | None:
-        """For the barge-in check of ``turn``: the input from :data:`FIT_S` before it, the output that played
-        over that input, the echo path's lag, and the turn's length; None when no echo of the agent can be in it."""
+    def _echo_over(self, turn: UserTurn, tail: int = 0) -> tuple[np.ndarray, np.ndarray, int, int] | None:
+        """For the barge-in check of ``turn`` (and ``tail`` samples past its last speech): the input from
+        :data:`FIT_S` before it, the output that played over that input, the echo path's lag, and the turn's
+        length; None when no echo of the agent can be in it."""
         if not self.may_hold_echo(turn):
             return None
         timeline = self._session.listener.timeline
         start = max(timeline.start, turn.start - int(FIT_S * PIPELINE_RATE))
-        heard = timeline.slice(start, turn.last_speech)
-        length = turn.last_speech - turn.start
-        path = self._output.echo_path(heard, timeline.arrival_time(turn.last_speech), len(heard) - length)
+        end = turn.last_speech + tail
+        heard = timeline.slice(start, end)
+        length = end - turn.start
+        path = self._output.echo_path(heard, timeline.arrival_time(end), len(heard) - length)
         if path is None:
             return None
         return heard, path[0], path[1], length
@@ -452,12 +454,15 @@ class Interruptions:
         speech (Piper's, over the echo rig's rooms), and the check waits for 250; no short noise or
         acknowledgement over the echo was read with one (docs/endpointing.md)."""
         if self._session.control.turn_detection.interrupt_response:
-            self._short_check = asyncio.create_task(self._stop_if_told(turn, self._echo_over(turn)))
+            # With the word's last sounds past its last speech window: read without them, "Stop." was "stuff"
+            # and "No." "Now" (scripts/bargein_eval over short words).
+            echo = self._echo_over(turn, SPEECH_TAIL_SAMPLES)
+            self._short_check = asyncio.create_task(self._stop_if_told(turn, echo))
 
     async def _stop_if_told(self, turn: UserTurn, echo: tuple[np.ndarray, np.ndarray, int, int] | None) -> None:
         session = self._session
         try:
-            text = await self._words(turn, echo)
+            text = await self._words(turn, echo, SPEECH_TAIL_SAMPLES)
         except Exception:
             log.exception("session %s: reading a short turn over the agent failed", session.id)
             return
@@ -472,17 +477,25 @@ class Interruptions:
         self._yield_to(turn, text)
         session.commit(turn)
 
-    async def _words(self, turn: UserTurn, echo: tuple[np.ndarray, np.ndarray, int, int] | None) -> str:
-        """``turn``'s words with ``echo`` (:meth:`_echo_over`) out of its audio: none where no speech is left, or
-        where Whisper judges what is left no speech."""
-        audio = turn.audio()
+    async def _words(self, turn: UserTurn, echo: tuple[np.ndarray, np.ndarray, int, int] | None, tail: int = 0) -> str:
+        """``turn``'s words (and ``tail`` samples past its last speech) with ``echo`` (:meth:`_echo_over`) out of
+        its audio: none where no speech is left, or where Whisper judges what is left no speech and it holds no
+        stop word."""
+        audio = turn.audio(tail)
         if echo is not None:
             cleaned, _ = await asyncio.to_thread(self._speech_without_echo, *echo)
             if cleaned is None:
                 return ""
             audio = cleaned
         reading = await self._session.engines.stt.read(audio)
-        return "" if reading.no_speech else reading.text
+        return "" if self._is_noise(reading) else reading.text
+
+    def _is_noise(self, reading: Reading) -> bool:
+        """Whether ``reading`` of speech over the agent is Whisper's reading of a noise: words it judges no speech
+        itself, with no stop word among them. "I'm gonna be a good one." for a hiss, "That's it." for a laugh over
+        the rig's echo were so judged; none of the eval's interruptions over it was, but a "Wait." alone was, once
+        (docs/endpointing.md)."""
+        return reading.no_speech and not self.policy.has_stop_word(reading.text)
 
     async def _check(
         self,
@@ -539,12 +552,9 @@ class Interruptions:
             self._judged = {turn.id: heard_until}
             reply.resume("its own voice")
             return
-        # Words that Whisper itself judges no speech, and not the agent's (its echo, however unsure the reading),
-        # are its reading of a noise: "I'm gonna be a good one." for a hiss, "That's it." for a laugh, over the
-        # rig's echo. Offline, none of the eval's interruptions over the echo was so judged, and 21 of the 24
-        # readings of a hiss or a laugh that left speech with the echo out were (docs/endpointing.md). Not in the
-        # grace: there the user most likely goes on with their turn, which may be quiet (a meeting's "Okay.").
-        noise = reading.no_speech and not turn.may_withdraw
+        # A noise's words, once they are not the agent's (its echo, however unsure the reading). Not in the grace:
+        # there the user most likely goes on with their turn, which may be quiet (a meeting's "Okay.").
+        noise = self._is_noise(reading) and not turn.may_withdraw
         if noise:
             text = ""
         # A consonant alone is a word the check cut off, which more speech finishes ("x", then "Actually"): the

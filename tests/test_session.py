@@ -959,41 +959,6 @@ async def test_a_reading_that_turns_out_a_noise_once_the_turn_ends_does_not_inte
     await h.session.close()
 
 
-async def test_a_consonant_read_alone_keeps_the_agent_paused_for_the_word_it_begins(monkeypatch):
-    # Whisper read the first 200 ms of "Actually" as "x" (scripts/bargein_eval). Resumed as for a hum, the
-    # agent would talk on until the next check.
-    h, calls = await answer_playing(monkeypatch)
-    h.session.engines.stt = ToneLengthSTT(0.3, "x", "Actually, cancel that.")
-    await h.feed(tone(0.6))
-    await h.until(lambda: h.of(Clear))
-    assert "resume" not in calls
-    await h.session.close()
-
-
-async def test_words_whisper_judges_no_speech_do_not_interrupt(monkeypatch):
-    # Whisper's reading of a laugh over the agent (scripts/bargein_eval): two words, that it judges no speech.
-    h, calls = await answer_playing(monkeypatch)
-    h.session.engines.stt = stt = ScriptedSTT("That's it.")
-    stt.no_speech = True
-    await h.feed(tone(0.6))
-    await h.feed(quiet(0.5))
-    assert stt.calls >= 2  # read as it went on, and whole
-    assert h.of(Clear) == []
-    assert calls[-1:] == ["resume"]
-    await h.session.close()
-
-
-async def test_a_stop_word_whisper_judges_no_speech_still_interrupts(monkeypatch):
-    # Whisper judged a "Wait." over the agent no speech at its check (scripts/bargein_eval's short words).
-    h, calls = await answer_playing(monkeypatch)
-    h.session.engines.stt = stt = ScriptedSTT("Wait...")
-    stt.no_speech = True
-    await h.feed(tone(0.6))
-    await h.feed(quiet(0.5))
-    assert h.of(Clear)
-    await h.session.close()
-
-
 class UnsureOnsetSTT(ToneLengthSTT):
     """Reads a user's first few hundred ms as ``short``, judged no speech, and words once there is more."""
 
@@ -1002,14 +967,42 @@ class UnsureOnsetSTT(ToneLengthSTT):
         return Reading(text, no_speech=text == self.short)
 
 
-async def test_a_first_reading_judged_no_speech_keeps_the_agent_paused_for_more(monkeypatch):
-    # Whisper judged the first 300 ms of a quiet "Okay." in an AMI meeting no speech. Resumed as for a
-    # backchannel, the agent would talk on over a user who goes on, until the next check.
+@pytest.mark.parametrize(
+    "stt",
+    [
+        # Whisper read the first 200 ms of "Actually" as "x" (scripts/bargein_eval).
+        lambda: ToneLengthSTT(0.3, "x", "Actually, cancel that."),
+        # Whisper judged the first 300 ms of a quiet "Okay." in an AMI meeting no speech.
+        lambda: UnsureOnsetSTT(0.3, "Okay.", "Okay, stop there."),
+    ],
+    ids=["a consonant", "judged no speech"],
+)
+async def test_a_first_reading_that_may_be_a_word_begun_keeps_the_agent_paused_for_it(monkeypatch, stt):
+    # Resumed as for a hum or a backchannel, the agent would talk on over a user who goes on, until the next check.
     h, calls = await answer_playing(monkeypatch)
-    h.session.engines.stt = UnsureOnsetSTT(0.3, "Okay.", "Okay, stop there.")
+    h.session.engines.stt = stt()
     await h.feed(tone(0.6))
     await h.until(lambda: h.of(Clear))
     assert "resume" not in calls
+    await h.session.close()
+
+
+@pytest.mark.parametrize(
+    "reading, stops",
+    # Whisper's readings over the agent in scripts/bargein_eval, judged no speech: of a laugh, and of a "Wait.".
+    [("That's it.", False), ("Wait...", True)],
+    ids=["other words", "a stop word"],
+)
+async def test_words_whisper_judges_no_speech_interrupt_only_with_a_stop_word(monkeypatch, reading, stops):
+    h, calls = await answer_playing(monkeypatch)
+    h.session.engines.stt = stt = ScriptedSTT(reading)
+    stt.no_speech = True
+    await h.feed(tone(0.6))
+    await h.feed(quiet(0.5))
+    assert stt.calls >= 2  # read as it went on, and whole
+    assert bool(h.of(Clear)) is stops
+    if not stops:
+        assert calls[-1:] == ["resume"]
     await h.session.close()
 
 

@@ -114,7 +114,7 @@ class Interruptions:
         self._finished: tuple[Reply, float] | None = None  # the last answer played to its end, and when
         self._output = EchoReference(session.clock())  # what the client plays: its echo is not the user
         self._look: asyncio.Task | None = None  # is speech left once the echo is out? (the pause waits for it)
-        self._short_check: asyncio.Task | None = None  # a stop word in a short turn over the agent? (check_short)
+        self._short_checks: set[asyncio.Task] = set()  # a stop word in a short turn over the agent? (check_short)
         self._judged: dict[int, int] = {}  # turn id: the input up to which its speech was judged no interruption
         self._quiet_judged = (-1, False)  # a start of speech, and whether the input was near silence before it
         # The input was near silence all through a stretch of the agent's output: its voice does not come back
@@ -178,7 +178,7 @@ class Interruptions:
         for timer in (self._onset_timer, self._short_timer):
             if timer is not None:
                 timer.cancel()
-        tasks = [task for task in (self._look, self._short_check) if task is not None]
+        tasks = [*self._short_checks, *([] if self._look is None else [self._look])]
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
@@ -457,7 +457,9 @@ class Interruptions:
             # With the word's last sounds past its last speech window: read without them, "Stop." was "stuff"
             # and "No." "Now" (scripts/bargein_eval over short words).
             echo = self._echo_over(turn, SPEECH_TAIL_SAMPLES)
-            self._short_check = asyncio.create_task(self._stop_if_told(turn, echo))
+            task = asyncio.create_task(self._stop_if_told(turn, echo))
+            self._short_checks.add(task)
+            task.add_done_callback(self._short_checks.discard)
 
     async def _stop_if_told(self, turn: UserTurn, echo: tuple[np.ndarray, np.ndarray, int, int] | None) -> None:
         session = self._session

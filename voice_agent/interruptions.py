@@ -178,7 +178,9 @@ class Interruptions:
         for timer in (self._onset_timer, self._short_timer):
             if timer is not None:
                 timer.cancel()
-        tasks = [*self._short_checks, *([] if self._look is None else [self._look])]
+        tasks = list(self._short_checks)
+        if self._look is not None:
+            tasks.append(self._look)
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)

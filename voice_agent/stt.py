@@ -171,6 +171,8 @@ class WhisperSTT:
             condition_on_previous_text=False,
             without_timestamps=True,
             vad_filter=False,  # our own VAD already cut the utterance
+            no_speech_threshold=NO_SPEECH_PROB,
+            log_prob_threshold=NO_SPEECH_LOGPROB,
         )
         text = " ".join(segment.text.strip() for segment in segments).strip()
         return Reading(text, not text)

@@ -43,13 +43,20 @@ def test_only_what_happens_outside_the_users_windows_counts_as_echo():
         "pauses": [pytest.approx(4.0)],
         "stopped": [pytest.approx(6.4)],
         "turns": [2.2],
+        "cut_ins": [],
     }
 
 
 def test_a_glitch_an_answers_end_or_a_gap_with_a_new_turn_in_it_is_no_stop():
     received = [*frames(0.0, 10), *frames(0.23, 10), agent_final(0.4), user_final(1.0), *frames(2.0, 5)]
     received.append(agent_final(2.2))
-    assert echo_stops(received, [(0.5, 0.6, True)]) == {"clears": [], "pauses": [], "stopped": [], "turns": []}
+    assert echo_stops(received, [(0.5, 0.6, True)]) == {
+        "clears": [],
+        "pauses": [],
+        "stopped": [],
+        "turns": [],
+        "cut_ins": [],
+    }
 
 
 def test_a_chunk_a_little_late_is_no_stop():
@@ -74,3 +81,18 @@ def test_a_chunk_synthesized_late_is_no_pause_and_a_pause_at_a_chunks_start_is_o
     # The chunk was announced while the one before still played (sent ahead), then its audio held back.
     held = [agent_partial(0.0), *frames(0.0, 10), agent_partial(0.15), *frames(0.5, 10), agent_final(0.75)]
     assert echo_stops(held, [])["pauses"] == [pytest.approx(0.2)]
+
+
+def test_a_turn_the_agent_began_to_answer_at_a_pause_is_spoken_over_it_from_then_on():
+    # The user pauses at a comma at 1.0 s and goes on from 1.5 to 2.5 s; the agent answered the first half at
+    # 1.3 s and gives up once it has checked the words over it, 600 ms past the user's end: theirs, not an echo's.
+    received = [user_final(1.25), *frames(1.3, 30), MessageIn(3.1, "clear"), user_final(3.3)]
+    stops = echo_stops(received, [(0.0, 2.5, False)])
+    assert stops["cut_ins"] == [pytest.approx(1.3)]
+    assert stops["clears"] == [] and stops["turns"] == []
+
+
+def test_an_agent_that_began_to_talk_after_the_turn_did_not_cut_in():
+    received = [user_final(1.2), *frames(1.4, 20), MessageIn(2.1, "clear"), user_final(2.2)]
+    stops = echo_stops(received, [(0.0, 1.0, False), (1.5, 1.8, True)])
+    assert stops["cut_ins"] == []  # 1.4 is past the first turn's end; the second is a barge-in over the agent

@@ -142,6 +142,8 @@ def echo_result(traces: list[RunTrace], seed: int | None) -> dict:
         "seed": seed,
         **counts,
         "stops": sum(counts.values()),
+        # Not stops: the agent answered at a pause in a turn, and what it did about the rest was about the user.
+        "cut_ins": sum(len(run["cut_ins"]) for run in runs),
         "script_turns": sum(run["script_turns"] for run in runs),
         "user_turns": sum(run["user_turns"] for run in runs),
         "voice_stretch_ms": distribution([stretch for run in runs for stretch in run["voice_stretches_ms"]]),
@@ -222,6 +224,7 @@ def _echo_line(echo: dict) -> str:
     return (
         f"{what}: {echo['stops']} ({echo['clears']} clear(s), {echo['pauses']} pause(s) of its voice, "
         f"{echo['stopped']} answer(s) stopped without a clear, {echo['turns']} user turn(s) it heard in its own voice). "
+        f"It began to talk in {echo['cut_ins']} of the user's turns, at a pause. "
         f"It took {echo['user_turns']} user turns for the script's {echo['script_turns']}; "
         f"its voice played in stretches of {p50} (median of {stretch['n']})."
     )

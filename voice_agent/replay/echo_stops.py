@@ -25,7 +25,10 @@ hear it: when the agent's voice fell silent.
 
 The user's windows run from the start of each turn's speech to a little
 after its end: ``bargein.SETTLE_S`` for a turn spoken over the agent (time to
-react to it), ``REACTION_S`` for one spoken after the agent finished.
+react to it), ``REACTION_S`` for one spoken after the agent finished. A turn
+the agent began to answer before its speech ended (``cut_ins``: it took a
+pause in it for the end) is spoken over the agent from then on: what the
+agent does about the rest of it, it does about the user.
 """
 
 from __future__ import annotations
@@ -59,14 +62,28 @@ def user_windows(turns: Sequence[tuple[float, float, bool]]) -> list[tuple[float
     return [(start, end + (SETTLE_S if over_agent else REACTION_S)) for start, end, over_agent in turns]
 
 
+def cut_ins(intervals: Sequence[tuple[float, float]], turns: Sequence[tuple[float, float, bool]]) -> list[float]:
+    """When the agent's voice (``intervals`` of it) began while a user's turn not spoken over it went on."""
+    return [
+        begin
+        for begin, _ in intervals
+        if any(start < begin < end for start, end, over_agent in turns if not over_agent)
+    ]
+
+
 def echo_stops(received: Sequence[Received], turns: Sequence[tuple[float, float, bool]]) -> dict:
-    """What the agent did, outside the user's windows, that only its own echo could have caused.
+    """What the agent did, outside the user's windows, that only its own echo could have caused; and when it
+    began to talk in a user's turn (``cut_ins``).
 
     ``turns`` are the user's: (speech start, speech end, spoken over the
     agent). Each list holds the client instants: when the agent's voice fell
-    silent, or when the user transcript came.
+    silent or began, or when the user transcript came.
     """
-    windows = user_windows(turns)
+    intervals = bridged(playback_intervals(received), GLITCH_S)
+    cut = cut_ins(intervals, turns)
+    windows = user_windows(
+        [(start, end, over_agent or any(start < at < end for at in cut)) for start, end, over_agent in turns]
+    )
 
     def outside(at: float) -> bool:
         return not any(start <= at < end for start, end in windows)
@@ -79,9 +96,8 @@ def echo_stops(received: Sequence[Received], turns: Sequence[tuple[float, float,
     finals = [m.at for m in received if is_final_transcript(m, "user")]
     answered = [m.at for m in received if is_final_transcript(m, "agent")]
     chunk_starts = [m.at for m in received if is_partial_transcript(m, "agent")]
-    intervals = bridged(playback_intervals(received), GLITCH_S)
     echo_turns = [at for at in finals if outside(at) and after_agent_voice(at)]
-    stops: dict[str, list[float]] = {"clears": [], "pauses": [], "stopped": [], "turns": echo_turns}
+    stops: dict[str, list[float]] = {"clears": [], "pauses": [], "stopped": [], "turns": echo_turns, "cut_ins": cut}
     for index, (_, silent_at) in enumerate(intervals):
         resumes_at = intervals[index + 1][0] if index + 1 < len(intervals) else None
         until = (

@@ -20,7 +20,7 @@ from voice_agent.echo_reference import (
 )
 from voice_agent.protocols.events import AgentAudio, AudioReceived, Clear, Transcript
 from voice_agent.replay.echo import Echo, EchoPath
-from voice_agent.user_turn import UserTurn
+from voice_agent.user_turn import SPEECH_TAIL_SAMPLES, UserTurn
 
 RATE = 16000
 FRAME = 320  # the pacer's 20 ms frames
@@ -696,17 +696,20 @@ async def test_a_turn_that_began_over_the_echo_is_transcribed_without_it(monkeyp
     await loudspeaker.talk_over(1.2)
     timeline = h.session.listener.timeline
 
-    def turn_of_the_last(seconds: float) -> UserTurn:
-        end = timeline.received
+    def turn_of_the_last(seconds: float, over_agent: bool = True) -> UserTurn:
+        end = timeline.received - SPEECH_TAIL_SAMPLES
         start = end - int(seconds * RATE)
-        return UserTurn(7, start, end, speech_ms=seconds * 1000, over_agent=True, timeline=timeline, stt=h.stt)
+        return UserTurn(7, start, end, speech_ms=seconds * 1000, over_agent=over_agent, timeline=timeline, stt=h.stt)
 
     interruptions = h.session.interruptions
     assert await interruptions.words_without_echo(turn_of_the_last(0.8), "Okay now.") == ""  # the echo alone
     await loudspeaker.talk_over(0.5, user=voice(5, 0.4, level=0.6))
     # From 0.4 s of the echo alone before the user's sound: EchoReadingSTT reads it as "Okay now."
     assert await interruptions.words_without_echo(turn_of_the_last(0.9), "Okay now. Yeah.") == "Yeah."
-    not_over = turn_of_the_last(0.9)
-    not_over.over_agent = False
+    # A turn that interrupted the agent began over it all the same: its answer is to the user's words alone.
+    interrupted = turn_of_the_last(0.9)
+    interrupted.over_agent = False
+    assert await interruptions.words_without_echo(interrupted, "Okay now. Yeah.") == "Yeah."
+    not_over = turn_of_the_last(0.9, over_agent=False)
     assert await interruptions.words_without_echo(not_over, "Okay now. Yeah.") == "Okay now. Yeah."
     await h.session.close()

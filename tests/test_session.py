@@ -719,20 +719,30 @@ async def test_a_filler_read_as_the_user_goes_on_right_after_the_answer_starts_k
     await h.session.close()
 
 
-async def test_where_the_agents_echo_comes_back_the_grace_pauses_nothing_and_withdraws_nothing(monkeypatch):
+@pytest.mark.parametrize("after_s, withdrawn", [(0.2, True), (1.3, False)], ids=["in the grace", "after it"])
+async def test_where_the_agents_echo_comes_back_only_words_checked_in_the_grace_withdraw_the_answer(
+    monkeypatch, after_s, withdrawn
+):
     from voice_agent.echo_reference import EchoReference
 
-    # Its echo would withdraw every answer: speech in the grace is an ordinary barge-in.
+    # Its echo would pause every answer at once in the grace; its check tells the user's words from it. A user
+    # who began in the grace was going on: one turn of both parts, and no answer to the first in the history.
     monkeypatch.setattr(EchoReference, "path_confirmed", lambda self: True)
     h = Harness(answer=" ".join(f"w{i}." for i in range(40)), reply_grace_ms=1000)
     await h.feed(tone(0.5), realtime=False)
     await h.feed(quiet(0.3))
     await h.until(lambda: h.of(AgentAudio))
-    await h.feed(quiet(0.2))
+    await h.feed(quiet(after_s))
     await feed_until_turn(h, tone(0.5))
     await h.feed(tone(0.4))
     await h.until(lambda: h.of(Clear))
-    assert not [m for m in h.of(Metrics) if m.values.get("withdrawn")]
+    assert bool([m for m in h.of(Metrics) if m.values.get("withdrawn")]) is withdrawn
+    await h.feed(quiet(1.2))
+    roles = ["user", "assistant"] if withdrawn else ["user", "assistant", "user", "assistant"]
+    await h.until(lambda: len(h.session.history) == len(roles))
+    assert [m["role"] for m in h.session.history] == roles
+    if withdrawn:
+        assert h.session.history[0]["content"].count("word") >= 8  # both parts: 5 words, then about 4
     await h.session.close()
 
 

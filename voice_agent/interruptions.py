@@ -481,10 +481,16 @@ class Interruptions:
         self._yield_to(turn, text)
         session.commit(turn)
 
-    async def _words(self, turn: UserTurn, echo: tuple[np.ndarray, np.ndarray, int, int] | None, tail: int = 0) -> str:
+    async def _words(
+        self,
+        turn: UserTurn,
+        echo: tuple[np.ndarray, np.ndarray, int, int] | None,
+        tail: int = 0,
+        judge_noise: bool = True,
+    ) -> str:
         """``turn``'s words (and ``tail`` samples past its last speech) with ``echo`` (:meth:`_echo_over`) out of
-        its audio: none where no speech is left, or where Whisper judges what is left no speech and it holds no
-        stop word."""
+        its audio: none where no speech is left, or (``judge_noise``) where Whisper judges what is left no speech
+        and it holds no stop word."""
         audio = turn.audio(tail)
         if echo is not None:
             cleaned, _ = await asyncio.to_thread(self._speech_without_echo, *echo)
@@ -492,7 +498,7 @@ class Interruptions:
                 return ""
             audio = cleaned
         reading = await self._session.engines.stt.read(audio)
-        return "" if self._is_noise(reading) else reading.text
+        return "" if judge_noise and self._is_noise(reading) else reading.text
 
     def _is_noise(self, reading: Reading) -> bool:
         """Whether ``reading`` of speech over the agent is Whisper's reading of a noise: words it judges no speech
@@ -635,15 +641,17 @@ class Interruptions:
 
     async def words_without_echo(self, turn: UserTurn, text: str) -> str:
         """The words of committed ``turn`` with the agent's echo out of its audio, for a turn that began over
-        the agent and never interrupted it; ``text``, its transcript, when no echo can be in it.
+        the agent; ``text``, its transcript, when no echo can be in it.
 
-        Such a turn's transcript holds the echo's words, garbled past matching them ("goes in and m with"
-        for a "mm-hmm" over "... goes well with fish"): answered, the agent talks to itself.
+        Such a turn's transcript holds the echo's words, garbled past matching them: "goes in and m with" for a
+        "mm-hmm" over "... goes well with fish"; "And I'm sorry. Yes. I'm now." for "and who is the chef?" over
+        "I'm sorry, I'm" (scripts/bargein_eval's echo rig). Answered, the agent talks to itself. A turn that
+        interrupted the agent was judged words already: Whisper's doubt about the whole of it does not undo that.
         """
-        if not turn.over_agent or (echo := self._echo_over(turn)) is None:
+        if not turn.began_over_agent or (echo := self._echo_over(turn, SPEECH_TAIL_SAMPLES)) is None:
             return text
         try:
-            return await self._words(turn, echo)
+            return await self._words(turn, echo, SPEECH_TAIL_SAMPLES, judge_noise=turn.over_agent)
         except Exception:
             log.exception("session %s: transcribing without the echo failed", self._session.id)
             return text
@@ -707,7 +715,11 @@ class Interruptions:
         session.announce(turn)
         session.cancel_reason = "turn_detected"
         answer = session.answer
-        if turn.may_withdraw and answer is not None and answer.turn_start is not None:
+        if (
+            answer is not None
+            and answer.turn_start is not None
+            and (turn.may_withdraw or session.merge.began_in_grace(turn))
+        ):
             session.merge.withdraw(turn, answer.turn_start)
         else:
             session.interrupt()

@@ -292,7 +292,10 @@ class Session:
             self._answer = None
             self.say(APOLOGY)
             return
-        text = await self.interruptions.words_without_echo(turn, text)
+        heard = await self.interruptions.words_without_echo(turn, text)
+        if heard != text:
+            turn.drop_prepared()  # it answers the words with the echo in them
+            text = heard
         if self.interruptions.not_for_agent(turn, text):
             self._answer = None
             return

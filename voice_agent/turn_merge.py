@@ -4,8 +4,10 @@ Speech that starts before the user heard any of the answer cancels it, and
 the new turn starts where the answered one did. Speech that starts within
 ``reply_grace_ms`` of the answer's first audio pauses it at once; if it turns
 out to be words, the answer is withdrawn and the turn reaches back to the
-start of the one it answered. Never where the agent's own voice comes back: on
-a speakerphone its echo would withdraw every answer.
+start of the one it answered. Where the agent's own voice comes back, the
+answer is not paused at once (its echo would pause every answer, on a
+speakerphone), but speech that began within the grace and that the barge-in
+check finds to be the user's words withdraws it all the same.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from .answer import TurnState
+from .listener import PREROLL_SAMPLES
 from .protocols.events import Clear, Metrics, TurnIgnored
 from .user_turn import UserTurn
 
@@ -86,6 +89,20 @@ class TurnMerge:
             and not session.interruptions.echo_comes_back
             and answer.in_grace(session.clock(), session.settings.reply_grace_ms)
         )
+
+    def began_in_grace(self, turn: UserTurn) -> bool:
+        """Whether ``turn``, over the answer, began within the grace of its first audio: if it interrupts, the
+        user was going on, not stopping the agent. Over the echo, which takes the grace's pause away, a question
+        answered at its comma ("How did the restaurant start, ... and who is the chef?") lost its first half
+        to the barge-in, and the agent answered "and who is the chef?" alone (scripts/bargein_eval's echo rig)."""
+        session = self._session
+        answer = session.answer
+        grace_ms = session.settings.reply_grace_ms
+        if not grace_ms or answer is None or answer.turn_start is None or answer.voiced_at is None:
+            return False
+        speech_start = min(turn.start + PREROLL_SAMPLES, turn.last_speech)
+        began_at = session.listener.timeline.arrival_time(speech_start)
+        return (began_at - answer.voiced_at) * 1000 <= grace_ms
 
     def unanswered_start(self) -> int | None:
         """The start of a committed turn's audio that may yet merge with the next turn."""

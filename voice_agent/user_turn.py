@@ -88,7 +88,8 @@ class UserTurn:
         self.start = start  # sample index where the turn's audio starts
         self.last_speech = last_speech  # sample index just past the last speech window
         self.speech_ms = speech_ms
-        self.over_agent = over_agent  # began while the agent was speaking
+        self.over_agent = over_agent  # began while the agent was speaking, and has not interrupted it
+        self.began_over_agent = over_agent  # its audio may hold the agent's echo
         self.partial_upto = 0  # last_speech of the newest partial transcript
         self.barge_check: asyncio.Task | None = None
         self.barge_checked_ms = 0.0  # speech_ms when the last barge-in check started

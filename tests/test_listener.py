@@ -31,9 +31,9 @@ class WordsSTT:
 class Floor:
     """A turn taker that records what it is asked."""
 
-    def __init__(self, unanswered=None, own_voice=False, agent_holds_floor=False):
+    def __init__(self, kept=None, own_voice=False, agent_holds_floor=False):
         self.calls: list[tuple] = []
-        self.unanswered = unanswered
+        self.kept = kept
         self.own_voice = own_voice
         self.agent_holds_floor = agent_holds_floor
         self.asked: list[tuple[int, int]] = []  # hears_own_voice's (start, end)
@@ -61,8 +61,8 @@ class Floor:
         self.calls.append(("commit", turn.id))
         self.listener.turn = None
 
-    def unanswered_start(self):
-        return self.unanswered
+    def kept_start(self):
+        return self.kept
 
     def hears_own_voice(self, start, end):
         self.asked.append((start, end))
@@ -156,11 +156,11 @@ async def test_speech_over_the_agent_ends_on_a_short_silence_whatever_its_words(
 
 
 async def test_audio_is_kept_for_a_turn_that_may_merge_and_trimmed_otherwise():
-    floor = Floor(unanswered=RATE // 2)
+    floor = Floor(kept=RATE // 2)
     made, _ = listener(floor, max_turn_s=1.0)
     await feed(made, quiet(3.0))
     assert made.timeline.start == RATE // 2  # the committed turn's audio, while nobody heard its answer
-    floor.unanswered = None
+    floor.kept = None
     await feed(made, quiet(0.1))
     assert made.timeline.start == made.timeline.received - IDLE_KEEP_SAMPLES  # only the pre-roll and echo test
     await made.close()

@@ -746,6 +746,29 @@ async def test_where_the_agents_echo_comes_back_only_words_checked_in_the_grace_
     await h.session.close()
 
 
+async def test_over_the_echo_words_begun_in_the_grace_and_checked_past_it_are_merged_with_the_first_part(monkeypatch):
+    from voice_agent.echo_reference import EchoReference
+
+    # Over the echo the check may come well past the grace, and past the end of the turn (a word held for more,
+    # then the whole turn's reading): the first part's audio, and the turn's own, must still be there to merge.
+    monkeypatch.setattr(EchoReference, "path_confirmed", lambda self: True)
+    h = Harness(answer=" ".join(f"w{i}." for i in range(40)), reply_grace_ms=400)
+    await h.feed(tone(0.5), realtime=False)
+    await h.feed(quiet(0.3))
+    await h.until(lambda: h.of(AgentAudio))
+    await h.feed(quiet(0.1))
+    h.stt.delay = 2.0  # the check ends 1.5 s past the turn, and the first part's audio would be gone by then
+    await feed_until_turn(h, tone(0.4))
+    await h.feed(tone(0.3))
+    h.stt.delay = 0.01
+    await h.feed(quiet(2.0))
+    await h.until(lambda: h.of(Clear))
+    assert [m for m in h.of(Metrics) if m.values.get("withdrawn")]
+    await h.until(lambda: len(h.session.history) == 2)
+    assert h.session.history[0]["content"].count("word") >= 8  # both parts: 5 words, then about 4
+    await h.session.close()
+
+
 async def test_a_continuation_that_ends_before_its_words_are_checked_is_transcribed_with_the_first_part():
     h = Harness(answer=" ".join(f"w{i}." for i in range(40)), reply_grace_ms=1000)
     await h.feed(tone(0.5), realtime=False)

@@ -115,6 +115,7 @@ class Interruptions:
         self._output = EchoReference(session.clock())  # what the client plays: its echo is not the user
         self._look: asyncio.Task | None = None  # is speech left once the echo is out? (the pause waits for it)
         self._short_checks: set[asyncio.Task] = set()  # a stop word in a short turn over the agent? (check_short)
+        self._read: dict[UserTurn, asyncio.Task] = {}  # turns that ended, and the reading that decides them
         self._judged: dict[int, int] = {}  # turn id: the input up to which its speech was judged no interruption
         self._quiet_judged = (-1, False)  # a start of speech, and whether the input was near silence before it
         # The input was near silence all through a stretch of the agent's output: its voice does not come back
@@ -446,9 +447,30 @@ class Interruptions:
         """Whether ``turn``'s one word keeps the agent paused, waiting for more speech."""
         return self._word_held == turn.id
 
+    def reading(self, turn: UserTurn, task: asyncio.Task) -> None:
+        """``turn`` ended, and ``task`` reads its words: if they interrupt, its answer reads its audio again."""
+        self._read[turn] = task
+
+        def read(_: asyncio.Task) -> None:
+            if self._read.get(turn) is task:
+                del self._read[turn]
+
+        task.add_done_callback(read)
+
+    def read_start(self) -> int | None:
+        """The earliest sample the turns being read still need: their own, and that of the turn they would merge
+        with, for one that began in the answer's grace."""
+        starts = [turn.start for turn in self._read]
+        answer = self._session.answer
+        if answer is not None and answer.turn_start is not None:
+            if any(self._session.merge.began_in_grace(turn) for turn in self._read):
+                starts.append(answer.turn_start)
+        return min(starts, default=None)
+
     def check_whole(self, turn: UserTurn) -> None:
         """``turn``, held on one word, ended: its whole audio decides, a word alone included."""
         turn.barge_check = asyncio.create_task(self._check(turn, turn.audio(), self._echo_over(turn), whole=True))
+        self.reading(turn, turn.barge_check)
 
     def check_short(self, turn: UserTurn) -> None:
         """``turn``, over the agent, ended short of a barge-in check, and the agent went on: a stop word in its
@@ -462,6 +484,7 @@ class Interruptions:
             task = asyncio.create_task(self._stop_if_told(turn, echo))
             self._short_checks.add(task)
             task.add_done_callback(self._short_checks.discard)
+            self.reading(turn, task)
 
     async def _stop_if_told(self, turn: UserTurn, echo: tuple[np.ndarray, np.ndarray, int, int] | None) -> None:
         session = self._session

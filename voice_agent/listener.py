@@ -87,8 +87,9 @@ class TurnTaker(Protocol):
         """Whether ``turn`` is speech over the agent's answer that has not taken the floor from it."""
         ...
 
-    def unanswered_start(self) -> int | None:
-        """The start of a committed turn's audio that may yet merge with the next turn."""
+    def kept_start(self) -> int | None:
+        """The earliest sample that a turn which ended still needs: one whose answer may yet merge with the next
+        turn, or one whose words are still being read."""
         ...
 
     def hears_own_voice(self, start: int, end: int) -> bool:
@@ -311,10 +312,10 @@ class Listener:
             self._detector.habit.went_on_after(self._gap_since_commit * 1000 / PIPELINE_RATE, into_answer=True)
 
     def _trim_audio(self) -> None:
-        """Keep the current turn's audio, that of a turn that may yet merge with the next, and the pre-roll."""
+        """Keep the current turn's audio, that which ended turns still need, and the pre-roll."""
         received = self.timeline.received
         keep_from = received - PREROLL_SAMPLES - int(self.settings.max_turn_s * PIPELINE_RATE)
-        pending = self._turn_taker.unanswered_start()
+        pending = self._turn_taker.kept_start()
         for start in (self.turn.start if self.turn else None, pending):
             if start is not None:
                 keep_from = min(keep_from, start)

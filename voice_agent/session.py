@@ -174,8 +174,9 @@ class Session:
         start, over_agent = self.merge.begin_turn(start)
         return (self.interruptions.reach_back(start) if over_agent else start), over_agent
 
-    def unanswered_start(self) -> int | None:
-        return self.merge.unanswered_start()
+    def kept_start(self) -> int | None:
+        starts = (self.merge.unanswered_start(), self.interruptions.read_start())
+        return min((start for start in starts if start is not None), default=None)
 
     def speech_begins(self, start: int) -> None:
         if not self.merge.speech_begins():
@@ -249,6 +250,7 @@ class Session:
             self.listener.turn = None
         if self.reply is not None:  # SPEAKING
             if turn.barge_check is not None and not turn.barge_check.done():
+                self.interruptions.reading(turn, turn.barge_check)
                 return  # the pending barge-in check decides, and commits the turn if it interrupts
             if self.interruptions.holds_word(turn):
                 self.interruptions.check_whole(turn)  # which commits it if it interrupts

@@ -105,11 +105,14 @@ class TurnMerge:
         return (began_at - answer.voiced_at) * 1000 <= grace_ms
 
     def unanswered_start(self) -> int | None:
-        """The start of a committed turn's audio that may yet merge with the next turn."""
+        """The start of a committed turn's audio that may yet merge with the next turn: one that began within
+        the grace may withdraw the answer well past it, once its words are checked over the echo."""
         session = self._session
-        answer = session.answer
+        answer, turn = session.answer, session.listener.turn
         if answer is None or not (
-            answer.heard_nothing or answer.in_grace(session.clock(), session.settings.reply_grace_ms)
+            answer.heard_nothing
+            or answer.in_grace(session.clock(), session.settings.reply_grace_ms)
+            or (turn is not None and self.began_in_grace(turn))
         ):
             return None
         return answer.turn_start

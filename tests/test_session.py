@@ -387,6 +387,23 @@ async def test_the_answer_is_prepared_during_the_pause_and_released_on_commit():
     await h.session.close()
 
 
+async def test_an_answer_prepared_for_words_with_the_echo_in_them_is_not_the_one_played(monkeypatch):
+    h = Harness(end_silence_complete_ms=600, end_silence_ms=600, end_silence_incomplete_ms=600)
+
+    async def without_echo(turn, text):
+        return "Who is the chef?"  # the words once the agent's echo is out of them
+
+    monkeypatch.setattr(h.session.interruptions, "words_without_echo", without_echo)
+    await h.feed(tone(0.5), realtime=False)
+    await h.feed(quiet(0.3))
+    assert h.llm.requests  # prepared in the pause, for the transcript with the echo in it
+    await h.feed(quiet(0.5))
+    await h.until(lambda: h.of(Metrics))
+    assert h.of(Metrics)[0].values["preemptive"] is False
+    assert h.llm.requests[-1][-1]["content"] == "Who is the chef?"
+    await h.session.close()
+
+
 async def test_a_prepared_answer_is_dropped_when_the_user_goes_on():
     h = Harness(end_silence_complete_ms=600, end_silence_ms=600, end_silence_incomplete_ms=600)
     h.llm.delay = 0.05

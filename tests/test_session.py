@@ -1070,6 +1070,22 @@ async def test_a_stop_word_too_short_for_a_check_still_stops_the_agent_and_is_an
     await h.session.close()
 
 
+async def test_a_stop_word_whisper_judges_no_speech_in_less_speech_than_any_said_does_not_stop_the_agent(monkeypatch):
+    # A door slam over the echo rig left 96 ms of speech, read "No." and judged no speech.
+    h, calls = await answer_playing(monkeypatch)
+    h.session.engines.stt = stt = ScriptedSTT("No.")
+    stt.no_speech = True
+    await h.feed(tone(0.07))
+    await h.feed(quiet(0.1))
+    turn = h.session.listener.turn
+    await h.feed(quiet(0.5))
+    assert turn is not None and turn.speech_ms < 128 and h.session.listener.turn is None
+    await h.until(lambda: stt.calls >= 1)
+    await h.feed(quiet(0.2))
+    assert h.of(Clear) == []
+    await h.session.close()
+
+
 @pytest.mark.parametrize("reading", ["Okay.", "That's great."], ids=["an acknowledgement", "other words"])
 async def test_a_short_turn_without_a_stop_word_does_not_stop_the_agent(monkeypatch, reading):
     h, calls = await answer_playing(monkeypatch)

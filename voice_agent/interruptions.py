@@ -52,6 +52,8 @@ MIN_KEPT_SHARE = 0.15
 # over the echo (scripts/bargein_eval; 416 and 320 ms of speech), and the agent gave up its answer to them.
 # "Tell me more." takes about 600 ms.
 WORDS_OVER_ECHO_MIN_MS = 500
+# A stop word Whisper judges no speech in less speech than this, over the agent, is a noise's (_is_noise).
+STOP_WORD_MIN_MS = 4 * WINDOW_MS
 # Speech over the agent that starts (its pre-roll included) this soon after an ignored turn ended goes on from it.
 GOES_ON_S = 0.3
 
@@ -515,20 +517,25 @@ class Interruptions:
         its audio: none where no speech is left, or (``judge_noise``) where Whisper judges what is left no speech
         and it holds no stop word."""
         audio = turn.audio(tail)
+        spoken_ms = turn.speech_ms
         if echo is not None:
-            cleaned, _ = await asyncio.to_thread(self._speech_without_echo, *echo)
+            cleaned, speech = await asyncio.to_thread(self._speech_without_echo, *echo)
             if cleaned is None:
                 return ""
-            audio = cleaned
+            audio, spoken_ms = cleaned, float(speech.sum()) * WINDOW_MS
         reading = await self._session.engines.stt.read(audio)
-        return "" if judge_noise and self._is_noise(reading) else reading.text
+        return "" if judge_noise and self._is_noise(reading, spoken_ms) else reading.text
 
-    def _is_noise(self, reading: Reading) -> bool:
-        """Whether ``reading`` of speech over the agent is Whisper's reading of a noise: words it judges no speech
-        itself, with no stop word among them. "I'm gonna be a good one." for a hiss, "That's it." for a laugh over
-        the rig's echo were so judged; none of the eval's interruptions over it was, but a "Wait." alone was, once
-        (docs/endpointing.md)."""
-        return reading.no_speech and not self.policy.has_stop_word(reading.text)
+    def _is_noise(self, reading: Reading, spoken_ms: float) -> bool:
+        """Whether ``reading`` of ``spoken_ms`` of speech over the agent is Whisper's reading of a noise: words it
+        judges no speech itself, with no stop word among them. "I'm gonna be a good one." for a hiss, "That's it."
+        for a laugh over the rig's echo were so judged; none of the eval's interruptions over it was, but a "Wait."
+        alone was, once (docs/endpointing.md). A stop word so judged is a noise's too where it is shorter than
+        any said: a door slam over the echo left 96 ms of speech, read "No." twice, and cleared the answer; a
+        "Stop.", "No." or "Wait." said at once keeps 160 ms or more (scripts/bargein_eval)."""
+        if not reading.no_speech:
+            return False
+        return not self.policy.has_stop_word(reading.text) or spoken_ms < STOP_WORD_MIN_MS
 
     async def _check(
         self,
@@ -587,7 +594,7 @@ class Interruptions:
             return
         # A noise's words, once they are not the agent's (its echo, however unsure the reading). Not in the grace:
         # there the user most likely goes on with their turn, which may be quiet (a meeting's "Okay.").
-        noise = self._is_noise(reading) and not turn.may_withdraw
+        noise = self._is_noise(reading, spoken_ms) and not turn.may_withdraw
         if noise:
             text = ""
         # A consonant alone is a word the check cut off, which more speech finishes ("x", then "Actually"): the

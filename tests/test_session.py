@@ -962,6 +962,21 @@ async def test_speech_that_stops_short_of_a_check_resumes_the_agent_before_its_t
     await h.session.close()
 
 
+async def test_lone_speech_windows_close_together_keep_the_agent_silent(monkeypatch):
+    # Over the echo a user's first syllables came as lone speech windows about 60 ms apart ("Hold on"), the
+    # echo test taking those between for echo: resumed at each fade, the agent talked on until they made a turn.
+    h, calls = await answer_playing(monkeypatch, output_lead_ms=120)
+    for _ in range(5):  # a window of speech, then one or two without
+        await h.feed(tone(0.02))
+        await h.feed(quiet(0.06))
+    assert h.session.listener.turn is None  # no run made a turn
+    assert calls == ["pause"]
+    sent = len(h.of(AgentAudio))
+    await h.feed(quiet(0.2))
+    assert calls == ["pause", "resume"] and len(h.of(AgentAudio)) > sent
+    await h.session.close()
+
+
 async def test_speech_that_neither_grows_nor_fades_pauses_the_agent_no_longer_than_the_output_lead(monkeypatch):
     # Between the threshold and its hysteresis below: the run neither grows into a turn nor fades.
     monkeypatch.setattr(EnergyVAD, "score", staticmethod(lambda rms: 1.0 if rms > 0.05 else 0.4 if rms > 0.005 else 0))

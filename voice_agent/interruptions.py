@@ -54,6 +54,14 @@ MIN_KEPT_SHARE = 0.15
 WORDS_OVER_ECHO_MIN_MS = 500
 # A stop word Whisper judges no speech in less speech than this, over the agent, is a noise's (_is_noise).
 STOP_WORD_MIN_MS = 4 * WINDOW_MS
+# Speech at the onset that fades holds the agent's pause this long for more: over the echo a user's first
+# syllables come as lone speech windows about 60 ms apart (the echo test takes those between for echo), and
+# resumed at each fade, the agent talked on until they made a turn: "Hold on" stopped it in 460 and 719 ms
+# (scripts/bargein_eval's echo rig). Well within the output lead, so the pause of a lone window ends before
+# the client's buffer runs dry.
+ONSET_HOLD_S = 2 * WINDOW_MS / 1000
+# Lone speech windows that close together keep the agent silent this long at most, without making a turn.
+ONSET_CHAIN_MAX_S = 1.0
 # Speech over the agent that starts (its pre-roll included) this soon after an ignored turn ended goes on from it.
 GOES_ON_S = 0.3
 
@@ -126,6 +134,8 @@ class Interruptions:
         self._quiet_looked = 0  # the input received when the agent's talk was last looked at for that
         self._onset_paused: Reply | None = None  # paused by speech too short yet for a turn (speech_begins)
         self._onset_timer: asyncio.TimerHandle | None = None  # ends that pause with the output lead; None once run
+        self._fade_timer: asyncio.TimerHandle | None = None  # ends it ONSET_HOLD_S after its speech faded
+        self._onset_began = 0.0  # when that pause began, on the session's clock
         self._short_timer: asyncio.TimerHandle | None = None  # ends a pause for speech that stops short of a check
         self._onset_spent = False  # this run of speech paused the agent once already
         self._onset_over_echo = False  # that pause may be for the agent's echo: the echo test ends it
@@ -178,7 +188,7 @@ class Interruptions:
         return self._output.explains(heard, timeline.arrival_time(end))
 
     async def close(self) -> None:
-        for timer in (self._onset_timer, self._short_timer):
+        for timer in (self._onset_timer, self._fade_timer, self._short_timer):
             if timer is not None:
                 timer.cancel()
         tasks = list(self._short_checks)
@@ -197,13 +207,23 @@ class Interruptions:
 
         The pause its turn would bring at ``barge_in_min_speech_ms`` comes that much sooner, and so does the
         stop of an interruption. Speech that fades before it makes a turn (a click, a breath) resumes the
-        answer within the client's output lead: the user hears no gap. Not where the turn would not pause
+        answer within the client's output lead, unless more speech comes first: the user hears no gap. Not where the turn would not pause
         the agent at once (a longer ``barge_in_min_speech_ms``). Where the agent's echo may be in the speech
         (the input before it was not near silence while the agent talked), the pause also ends with the
         output lead, unless its turn's echo test finds speech left once the echo is out before then.
         """
         session = self._session
         reply = session.reply
+        if self._fade_timer is not None and reply is not None and reply is self._onset_paused:
+            # More speech before the faded one's pause ended: the agent stays silent for it.
+            self._fade_timer.cancel()
+            self._fade_timer = None
+            self._onset_spent = True
+            if session.clock() - self._onset_began < ONSET_CHAIN_MAX_S:
+                self._time_onset(reply)
+            else:
+                self._onset_ends(reply, "lone speech windows for a second, and no turn")
+            return
         if (
             self._onset_spent
             or reply is None
@@ -216,14 +236,18 @@ class Interruptions:
         reply.pause("speech began over it")
         self._onset_paused = reply
         self._onset_spent = True
+        self._onset_began = session.clock()
         self._onset_over_echo = self.echo_heard or not self._no_echo_before(start)
-        # A run that hovers about the VAD's threshold makes no turn and never fades: past the output lead,
-        # the user would hear the gap, for what may be nothing. An earlier onset's timer must not end this
-        # pause: it resumed the agent 20 ms into the pause for "No, that's not what I asked." (the echo rig).
+        self._time_onset(reply)
+
+    def _time_onset(self, reply: Reply) -> None:
+        """A run that hovers about the VAD's threshold makes no turn and never fades: past the output lead, the
+        user would hear the gap, for what may be nothing. An earlier onset's timer must not end this pause: it
+        resumed the agent 20 ms into the pause for "No, that's not what I asked." (the echo rig)."""
         if self._onset_timer is not None:
             self._onset_timer.cancel()
         self._onset_timer = asyncio.get_running_loop().call_later(
-            session.settings.output_lead_ms / 1000, self._onset_runs_out, reply
+            self._session.settings.output_lead_ms / 1000, self._onset_runs_out, reply
         )
 
     def _onset_runs_out(self, reply: Reply) -> None:
@@ -284,13 +308,26 @@ class Interruptions:
             self._no_echo_before(received)
 
     def speech_faded(self) -> None:
-        """The speech that paused the agent at its onset made no turn: the agent goes on."""
+        """The speech that paused the agent at its onset made no turn: the agent goes on, unless more speech
+        comes within :data:`ONSET_HOLD_S`."""
         self._onset_spent = False
-        self._onset_ends(self._onset_paused, "the speech at the onset made no turn")
+        reply = self._onset_paused
+        if reply is None:
+            return
+        if self._fade_timer is not None:
+            self._fade_timer.cancel()
+        self._fade_timer = asyncio.get_running_loop().call_later(ONSET_HOLD_S, self._faded_out, reply)
+
+    def _faded_out(self, reply: Reply) -> None:
+        self._fade_timer = None
+        self._onset_ends(reply, "the speech at the onset made no turn")
 
     def _onset_ends(self, reply: Reply | None, why: str) -> None:
         if reply is None or reply is not self._onset_paused:
             return  # resumed already, or its turn took the pause over
+        if self._fade_timer is not None:
+            self._fade_timer.cancel()
+            self._fade_timer = None
         self._onset_paused = None
         if reply is self._session.reply:
             reply.resume(why)

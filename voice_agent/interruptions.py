@@ -220,6 +220,7 @@ class Interruptions:
             self._fade_timer = None
             self._onset_spent = True
             if session.clock() - self._onset_began < ONSET_CHAIN_MAX_S:
+                log.debug("session %s: more speech at the onset within the hold: the agent stays paused", session.id)
                 self._time_onset(reply)
             else:
                 self._onset_ends(reply, "lone speech windows for a second, and no turn")

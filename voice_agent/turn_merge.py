@@ -91,14 +91,22 @@ class TurnMerge:
         )
 
     def began_in_grace(self, turn: UserTurn) -> bool:
-        """Whether ``turn``, over the answer, began within the grace of its first audio: if it interrupts, the
-        user was going on, not stopping the agent. Over the echo, which takes the grace's pause away, a question
-        answered at its comma ("How did the restaurant start, ... and who is the chef?") lost its first half
-        to the barge-in, and the agent answered "and who is the chef?" alone (scripts/bargein_eval's echo rig)."""
+        """Whether ``turn``, over the answer where the agent's echo comes back, began within the grace of its
+        first audio: if it interrupts, the user was going on, not stopping the agent. The echo takes the grace's
+        pause away, and a question answered at its comma ("How did the restaurant start, ... and who is the
+        chef?") lost its first half to the barge-in: the agent answered "and who is the chef?" alone
+        (scripts/bargein_eval's echo rig). Timed from the speech's start, not from its turn's: the echo test
+        may hide the first speech windows. Without an echo, the turn that takes the grace's pause decides."""
         session = self._session
         answer = session.answer
         grace_ms = session.settings.reply_grace_ms
-        if not grace_ms or answer is None or answer.turn_start is None or answer.voiced_at is None:
+        if (
+            not grace_ms
+            or not session.interruptions.echo_comes_back
+            or answer is None
+            or answer.turn_start is None
+            or answer.voiced_at is None
+        ):
             return False
         speech_start = min(turn.start + PREROLL_SAMPLES, turn.last_speech)
         began_at = session.listener.timeline.arrival_time(speech_start)

@@ -202,6 +202,7 @@ async def test_the_echo_test_is_told_where_the_speech_began_its_run_then_its_tur
     assert abs(run_start - onset) < WINDOW  # the run's first window, whichever of the two the onset falls in
     (kind, turn_start), *_ = floor.calls
     assert kind == "begin" and turn_start == run_start - PREROLL_SAMPLES
+    assert made.turn is not None and made.turn.speech_start == run_start
     # The windows of the run until it makes a turn (96 ms: three), then each window of the turn.
     assert starts == [run_start] * 3 + [turn_start] * (len(starts) - 3), starts
     await made.close()

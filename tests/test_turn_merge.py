@@ -18,7 +18,7 @@ def a_turn(h: Harness, start: int, turn_id: int = 99) -> UserTurn:
 async def test_with_no_answer_a_turn_starts_where_its_speech_does():
     h = Harness()
     assert h.session.merge.begin_turn(4800) == (4800, False)
-    assert h.session.merge.unanswered_start() is None
+    assert h.session.merge.unanswered_start([]) is None
     await h.session.close()
 
 
@@ -31,7 +31,7 @@ async def test_speech_before_the_answer_is_heard_merges_with_the_answered_turn()
     answered = h.session.answer
     assert answered is not None and answered.turn_start is not None
     assert answered.heard_nothing and not h.of(AgentAudio)
-    assert h.session.merge.unanswered_start() == answered.turn_start
+    assert h.session.merge.unanswered_start([]) == answered.turn_start
     start, over_agent = h.session.merge.begin_turn(answered.turn_start + 20000)
     assert (start, over_agent) == (answered.turn_start, False)
     assert h.session.state is TurnState.LISTENING
@@ -50,7 +50,7 @@ async def test_within_the_grace_the_answer_pauses_and_withdrawing_it_reports_the
     start, over_agent = h.session.merge.begin_turn(answered.turn_start + 20000)
     assert start == answered.turn_start + 20000 and over_agent  # a turn of its own, until it proves to be words
     assert answered.grace_taken
-    assert h.session.merge.unanswered_start() == answered.turn_start
+    assert h.session.merge.unanswered_start([]) == answered.turn_start
     turn = a_turn(h, answered.turn_start + 20000)
     h.session.merge.withdraw(turn, answered.turn_start)
     assert turn.start == answered.turn_start and not turn.may_withdraw

@@ -115,3 +115,20 @@ async def test_the_turn_tells_when_its_speculative_transcript_and_each_signal_co
     assert news == ["news", "news", "news"]
     for task in turn.tasks():
         task.cancel()
+
+
+async def test_a_turn_that_continues_an_earlier_one_starts_its_speech_where_that_one_did():
+    turn = UserTurn(
+        1,
+        1000,
+        1000 + 10 * WINDOW,
+        speech_ms=320,
+        over_agent=True,
+        timeline=AudioTimeline(),
+        stt=None,
+        speech_start=1000 + 4800,
+    )
+    turn.extend_back(200)
+    assert (turn.start, turn.speech_start) == (200, 200 + 4800)
+    turn.extend_back(900)  # later than its start: nothing moves
+    assert (turn.start, turn.speech_start) == (200, 200 + 4800)

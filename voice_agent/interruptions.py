@@ -124,7 +124,6 @@ class Interruptions:
         self._finished: tuple[Reply, float] | None = None  # the last answer played to its end, and when
         self._output = EchoReference(session.clock())  # what the client plays: its echo is not the user
         self._look: asyncio.Task | None = None  # is speech left once the echo is out? (the pause waits for it)
-        self._short_checks: set[asyncio.Task] = set()  # a stop word in a short turn over the agent? (check_short)
         self._read: dict[UserTurn, asyncio.Task] = {}  # turns that ended, and the reading that decides them
         self._judged: dict[int, int] = {}  # turn id: the input up to which its speech was judged no interruption
         self._quiet_judged = (-1, False)  # a start of speech, and whether the input was near silence before it
@@ -191,7 +190,7 @@ class Interruptions:
         for timer in (self._onset_timer, self._fade_timer, self._short_timer):
             if timer is not None:
                 timer.cancel()
-        tasks = list(self._short_checks)
+        tasks = list(self._read.values())
         if self._look is not None:
             tasks.append(self._look)
         for task in tasks:
@@ -497,15 +496,9 @@ class Interruptions:
 
         task.add_done_callback(read)
 
-    def read_start(self) -> int | None:
-        """The earliest sample the turns being read still need: their own, and that of the turn they would merge
-        with, for one that began in the answer's grace."""
-        starts = [turn.start for turn in self._read]
-        answer = self._session.answer
-        if answer is not None and answer.turn_start is not None:
-            if any(self._session.merge.began_in_grace(turn) for turn in self._read):
-                starts.append(answer.turn_start)
-        return min(starts, default=None)
+    def turns_read(self) -> list[UserTurn]:
+        """The turns that ended and whose words are still being read: their audio is still needed."""
+        return list(self._read)
 
     def check_whole(self, turn: UserTurn) -> None:
         """``turn``, held on one word, ended: its whole audio decides, a word alone included."""
@@ -521,10 +514,7 @@ class Interruptions:
             # With the word's last sounds past its last speech window: read without them, "Stop." was "stuff"
             # and "No." "Now" (scripts/bargein_eval over short words).
             echo = self._echo_over(turn, SPEECH_TAIL_SAMPLES)
-            task = asyncio.create_task(self._stop_if_told(turn, echo))
-            self._short_checks.add(task)
-            task.add_done_callback(self._short_checks.discard)
-            self.reading(turn, task)
+            self.reading(turn, asyncio.create_task(self._stop_if_told(turn, echo)))
 
     async def _stop_if_told(self, turn: UserTurn, echo: tuple[np.ndarray, np.ndarray, int, int] | None) -> None:
         session = self._session

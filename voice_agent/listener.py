@@ -208,6 +208,7 @@ class Listener:
                     timeline=self.timeline,
                     stt=self._stt(),
                     clock=self._clock,
+                    speech_start=min(run_start, start + self._preroll),  # a merged turn's: its first part's
                 )
                 self.turn.on_news = lambda turn=self.turn: self._on_news(turn)
                 log.debug("session %s: turn %d starts", self._id, self.turn.id)

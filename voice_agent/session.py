@@ -20,7 +20,7 @@ from .config import Settings
 from .conversation import Conversation
 from .engines import Engines
 from .interruptions import Interruptions
-from .listener import PREROLL_SAMPLES, Listener
+from .listener import Listener
 from .llm.base import Message
 from .llm.scripted import ScriptedLLM
 from .protocols.events import (
@@ -175,8 +175,12 @@ class Session:
         return (self.interruptions.reach_back(start) if over_agent else start), over_agent
 
     def kept_start(self) -> int | None:
-        starts = (self.merge.unanswered_start(), self.interruptions.read_start())
-        return min((start for start in starts if start is not None), default=None)
+        read = self.interruptions.turns_read()
+        live = [] if self.listener.turn is None else [self.listener.turn]
+        starts = [turn.start for turn in read]
+        if (unanswered := self.merge.unanswered_start(live + read)) is not None:
+            starts.append(unanswered)
+        return min(starts, default=None)
 
     def speech_begins(self, start: int) -> None:
         if not self.merge.speech_begins():
@@ -303,8 +307,7 @@ class Session:
             return
         self.emit(Transcript("user", text, final=True))
         if self.agent is not None:
-            speech_start = min(turn.start + PREROLL_SAMPLES, turn.last_speech)
-            self.agent.user_turn(text, (speech_start / PIPELINE_RATE, turn.last_speech / PIPELINE_RATE))
+            self.agent.user_turn(text, (turn.speech_start / PIPELINE_RATE, turn.last_speech / PIPELINE_RATE))
         if not self.control.turn_detection.create_response:
             self._answer = None
             self.control.add_input(text)  # answered when the client asks for a response

@@ -13,10 +13,10 @@ check finds to be the user's words withdraws it all the same.
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from .answer import TurnState
-from .listener import PREROLL_SAMPLES
 from .protocols.events import Clear, Metrics, TurnIgnored
 from .user_turn import UserTurn
 
@@ -108,19 +108,18 @@ class TurnMerge:
             or answer.voiced_at is None
         ):
             return False
-        speech_start = min(turn.start + PREROLL_SAMPLES, turn.last_speech)
-        began_at = session.listener.timeline.arrival_time(speech_start)
-        return (began_at - answer.voiced_at) * 1000 <= grace_ms
+        return (turn.speech_began_at() - answer.voiced_at) * 1000 <= grace_ms
 
-    def unanswered_start(self) -> int | None:
-        """The start of a committed turn's audio that may yet merge with the next turn: one that began within
-        the grace may withdraw the answer well past it, once its words are checked over the echo."""
+    def unanswered_start(self, turns: Iterable[UserTurn]) -> int | None:
+        """The start of a committed turn's audio that may yet merge with one of ``turns`` (the live turn, and
+        those still being read): one that began within the grace may withdraw the answer well past it, once
+        its words are checked over the echo."""
         session = self._session
-        answer, turn = session.answer, session.listener.turn
+        answer = session.answer
         if answer is None or not (
             answer.heard_nothing
             or answer.in_grace(session.clock(), session.settings.reply_grace_ms)
-            or (turn is not None and self.began_in_grace(turn))
+            or any(self.began_in_grace(turn) for turn in turns)
         ):
             return None
         return answer.turn_start

@@ -83,9 +83,12 @@ class UserTurn:
         timeline: AudioTimeline,
         stt: STTBackend,
         clock: Callable[[], float] = time.monotonic,
+        speech_start: int | None = None,
     ):
         self.id = id
         self.start = start  # sample index where the turn's audio starts
+        # Where its speech starts, past the pre-roll: the turn's own start when the listener does not know it.
+        self.speech_start = start if speech_start is None else speech_start
         self.last_speech = last_speech  # sample index just past the last speech window
         self.speech_ms = speech_ms
         self.over_agent = over_agent  # began while the agent was speaking, and has not interrupted it
@@ -109,6 +112,7 @@ class UserTurn:
         self._stt = stt
         self._clock = clock
         self._speculative: asyncio.Task | None = None
+        self._speech_began_at: float | None = None
         self._speculative_upto = -1  # last_speech that the speculative final was started for
         self._prepared: tuple[Reply, asyncio.Task] | None = None
         self._prepared_upto = -1  # _speculative_upto that the prepared answer answers
@@ -146,7 +150,10 @@ class UserTurn:
 
         What was transcribed or prepared for the later start alone is stale.
         """
-        self.start = min(self.start, start)
+        if start < self.start:  # the speech of the turn it continues began as far past its start as this one's
+            self.speech_start -= self.start - start
+            self.start = start
+            self._speech_began_at = None
         if self._speculative is not None:
             self._speculative.cancel()
         self._speculative, self._speculative_upto = None, -1
@@ -154,6 +161,12 @@ class UserTurn:
         if self.signals is not None:
             self.signals.cancel()
         self.signals, self._signals_upto = None, -1
+
+    def speech_began_at(self) -> float:
+        """When its speech began, on the audio's own clock (:meth:`AudioTimeline.arrival_time`)."""
+        if self._speech_began_at is None:
+            self._speech_began_at = self._timeline.arrival_time(self.speech_start)
+        return self._speech_began_at
 
     @property
     def pausing(self) -> bool:

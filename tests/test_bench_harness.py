@@ -292,11 +292,16 @@ def test_load_bars():
 
 def test_endpointing_groups_from_the_command_line(tmp_path):
     default = harness.default_script("endpoint_turns")
-    script = endpointing._script(argparse.Namespace(script=default, group="words, real", limit=1))
-    assert [t.tags[-1] for t in script.turns] == ["group:words", "group:real"]
+
+    def script(path: str, group: str, limit: int | None, transport: str = "native"):
+        return endpointing._script(argparse.Namespace(script=path, group=group, limit=limit, transport=transport))
+
+    chosen = script(default, "words, real", 1)
+    assert [t.tags[-1] for t in chosen.turns] == ["group:words", "group:real"]
+    assert chosen.rate == 16000 and script(default, "real", 1, "twilio").rate == 8000  # a phone line's
     with pytest.raises(ScriptError, match="choose from synthetic, words, real"):
-        endpointing._script(argparse.Namespace(script=default, group="real,bogus", limit=None))
+        script(default, "real,bogus", None)
     own = tmp_path / "own.yaml"
     own.write_text(f"turns:\n  - file: {harness.TURNS / 'endpoint_turns' / 'yes.flac'}\n")
-    [turn] = endpointing._script(argparse.Namespace(script=str(own), group="real", limit=None)).turns
+    [turn] = script(str(own), "real", None).turns
     assert turn.tags == ("group:script",)

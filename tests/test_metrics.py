@@ -78,7 +78,8 @@ def test_active_sessions_go_up_and_down_even_when_a_session_fails():
     assert got[("voice_agent_sessions_total", ())] == 2
 
 
-async def test_event_loop_lag_is_measured():
+async def test_event_loop_lag_is_measured_and_a_stall_logged(caplog):
+    caplog.set_level(logging.WARNING, logger="voice_agent.metrics")
     metrics = ServerMetrics()
     watching = asyncio.create_task(metrics.watch_event_loop())
     await asyncio.sleep(0.05)
@@ -92,6 +93,8 @@ async def test_event_loop_lag_is_measured():
         got[("voice_agent_event_loop_lag_seconds_bucket", (("le", "0.1"),))]
         < got[("voice_agent_event_loop_lag_seconds_count", ())]
     )
+    [stall] = [r.getMessage() for r in caplog.records if "event loop ran" in r.getMessage()]
+    assert int(stall.split()[4]) >= 100, stall
 
 
 def test_two_apps_in_one_process_keep_their_own_counts():

@@ -470,3 +470,23 @@ def test_the_twilio_client_codec_speaks_to_the_server_codec():
     assert client.receive(server.send(Clear())) == [Clear()]
     assert server.receive_text(client.mark_played("1.0")[0]) == [MarkPlayed("1.0")]
     assert [e.code for e in client.receive("not json")] == ["invalid_message"]
+
+
+@pytest.mark.parametrize("transport", ["native", "twilio"])
+def test_an_answer_is_over_at_its_final_transcript_or_without_transcripts_once_it_played_out(transport):
+    from voice_agent.replay.runner import ANSWER_QUIET_S, RunTrace, SentTurn, _Run
+
+    script = bursts_script(8000)
+    run = _Run(script, Options("ws://unused", transport), RunTrace(1, 0, 0), lambda: None)
+    now = time.monotonic()
+    sent = SentTurn(script.turns[0], [now - 5.0 + i * FRAME_S for i in range(60)], 0)
+    run.trace.received.append(AudioIn(now - 3.0, 1.0, 0.5))
+    run._drains_at = now - 2.0  # played out two seconds ago
+    if transport == "native":
+        assert run._answer_finished(sent) is None  # no final transcript yet
+        run.trace.received.append(MessageIn(now - 1.9, "transcript", {"role": "agent", "text": "Hi.", "final": True}))
+        assert run._answer_finished(sent) == now - 1.9
+    else:
+        assert run._answer_finished(sent) == now - 2.0
+        run._drains_at = time.monotonic() - ANSWER_QUIET_S / 2  # more of it came: not over yet
+        assert run._answer_finished(sent) is None

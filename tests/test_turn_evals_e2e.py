@@ -56,6 +56,21 @@ def test_the_real_group_at_a_small_size_reports_its_paused_turns_and_overlap(tmp
     assert "| server defaults | real | 2 | 2 |" in (out / "endpoint.md").read_text()
 
 
+def test_the_real_group_replays_over_a_phone_call(tmp_path):
+    out = tmp_path / "endpointing"
+    result = bench("endpointing", "--group", "real", "--limit", "1", "--transport", "twilio", "--out", str(out))
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads((out / "endpoint.json").read_text())
+    [point] = report["points"]
+    assert report["transport"] == "twilio" and point["failure"] is None
+    replay = json.loads((out / point["replay_report"]).read_text())
+    assert (replay["transport"], replay["sample_rate"]) == ("twilio", 8000)
+    [turn] = point["turns"]
+    # Media Streams carry audio and marks only: the figures are the client's own, the server's are missing.
+    assert turn["pauses_ms"] and turn["endpoint_ms"] is None
+    assert turn["cut_off"] or turn["voice_to_voice_ms"] > 0
+
+
 def test_the_echo_rig_feeds_the_agents_voice_back_and_counts_what_it_did_about_it(tmp_path):
     script = tmp_path / "script.yaml"
     script.write_text(

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import Iterator
 
 from prometheus_client import (
@@ -23,11 +24,15 @@ from prometheus_client import (
 
 from .protocols.events import Clear, Error, Metrics, OutputEvent
 
+log = logging.getLogger(__name__)
+
 # The classic text format, which generate_latest writes for these names and every Prometheus version reads.
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 LATENCY_BUCKETS = (0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 1.0, 1.25, 1.5, 2.0, 3.0, 5.0, 10.0)
 LAG_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 LAG_PROBE_S = 0.25
+# A lag this long is logged: a stall of the loop delays every session's audio, and its barge-in pause with it.
+STALL_LOG_S = 0.1
 
 # The per-turn figures of a Metrics event that are stages of the answer, by their label.
 STAGES = {
@@ -117,7 +122,10 @@ class ServerMetrics:
         while True:
             started = loop.time()
             await asyncio.sleep(LAG_PROBE_S)
-            self.loop_lag.observe(max(0.0, loop.time() - started - LAG_PROBE_S))
+            lag = max(0.0, loop.time() - started - LAG_PROBE_S)
+            self.loop_lag.observe(lag)
+            if lag >= STALL_LOG_S:
+                log.warning("the event loop ran %.0f ms late: blocked, or short of CPU", lag * 1000)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -38,6 +38,7 @@ OUTCOMES = ("cleared", "paused", "stopped", "kept talking", "not playing")
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     harness.add_common_arguments(parser, "bargein", "bargein_turns", "script repeats")
+    harness.add_transport_argument(parser)
     parser.add_argument(
         "--reply-timeout", type=float, default=15.0, help="seconds to wait for an answer [default %(default)s]"
     )
@@ -70,7 +71,10 @@ def run(args: argparse.Namespace) -> int:
     try:
         if args.repeats < 1:
             raise ScriptError("-n must be at least 1")
-        script = load_script(args.script, 16000, harness.GAP_MS)
+        if args.echo is not None and args.transport != "native":
+            # Its own voice is told from the server's transcripts and ends of answers, which a phone call lacks.
+            raise ScriptError("--echo counts the agent's stops for its own voice over --transport native only")
+        script = load_script(args.script, harness.transport_rate(args.transport), harness.GAP_MS)
     except ScriptError as exc:
         print(f"voice-agent bench bargein: {exc}", file=sys.stderr)
         return harness.EXIT_ERROR
@@ -78,13 +82,21 @@ def run(args: argparse.Namespace) -> int:
 
     result = harness.started(args.command_line)
     replayed = harness.replay_locally(
-        "bargein", args.serve_args, script, args.repeats, args.reply_timeout, out, echo_seed=args.echo
+        "bargein",
+        args.serve_args,
+        script,
+        args.repeats,
+        args.reply_timeout,
+        out,
+        echo_seed=args.echo,
+        transport=args.transport,
     )
     probes = [probe for trace in replayed.traces for probe in probe_results(trace)]
     result.update(
         {
             "load_average_after": harness.load_average(),
             "script": args.script,
+            "transport": args.transport,
             "serve_args": args.serve_args,
             "seconds": replayed.seconds,
             "failure": replayed.failure,

@@ -48,6 +48,7 @@ THRESHOLD_FLAGS = ("--end-silence-complete-ms", "--end-silence-ms", "--end-silen
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     harness.add_common_arguments(parser, "endpointing", "endpoint_turns", "script repeats per point")
+    harness.add_transport_argument(parser)
     parser.add_argument(
         "--sweep",
         nargs="?",
@@ -97,6 +98,7 @@ def run(args: argparse.Namespace) -> int:
 
     result = harness.started(args.command_line)
     result["script"] = script.source
+    result["transport"] = args.transport
     result["serve_args"] = EVAL_SERVE_ARGS + args.serve_args
     result["points"] = [
         _run_point(name, point_args + args.serve_args, script, args, out) for name, point_args in points
@@ -112,17 +114,16 @@ def run(args: argparse.Namespace) -> int:
 
 def _script(args: argparse.Namespace) -> Script:
     """The groups' turns, or a --script of one's own (as the group "script"); --limit turns of each."""
+    rate = harness.transport_rate(args.transport)
     if args.script != harness.default_script("endpoint_turns"):
-        script = load_script(args.script, 16000, harness.GAP_MS)
+        script = load_script(args.script, rate, harness.GAP_MS)
         turns = script.turns if args.limit is None else script.turns[: args.limit]
-        return Script(
-            tuple(replace(t, tags=(*t.tags, turn_groups.TAG + "script")) for t in turns), 16000, script.source
-        )
+        return Script(tuple(replace(t, tags=(*t.tags, turn_groups.TAG + "script")) for t in turns), rate, script.source)
     groups = [name.strip() for name in args.group.split(",") if name.strip()]
     unknown = [name for name in groups if name not in turn_groups.GROUPS]
     if unknown or not groups:
         raise ScriptError(f"--group {args.group!r}: choose from {', '.join(turn_groups.GROUPS)}")
-    return turn_groups.load_groups(harness.TURNS / "endpoint_turns", groups, 16000, harness.GAP_MS, args.limit)
+    return turn_groups.load_groups(harness.TURNS / "endpoint_turns", groups, rate, harness.GAP_MS, args.limit)
 
 
 def check(result: dict, max_false_cutoff: float | None, max_heard_in_pause: float | None = None) -> list[str]:
@@ -160,7 +161,9 @@ def _points(text: str) -> list[tuple[str, list[str]]]:
 def _run_point(name: str, serve_args: list[str], script: Script, args: argparse.Namespace, out: Path) -> dict:
     print(f"\n== {name} ==", file=sys.stderr)
     slug = name.replace("/", "-").replace(" ", "-")
-    replayed = harness.replay_locally(slug, EVAL_SERVE_ARGS + serve_args, script, args.repeats, args.reply_timeout, out)
+    replayed = harness.replay_locally(
+        slug, EVAL_SERVE_ARGS + serve_args, script, args.repeats, args.reply_timeout, out, transport=args.transport
+    )
     threshold = _vad_threshold(serve_args)
     turns = [
         turn for trace, run in zip(replayed.traces, replayed.runs) for turn in endpoint_turns(trace, run, threshold)

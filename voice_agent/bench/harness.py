@@ -48,6 +48,9 @@ LEVEL_TIMEOUT_S = 1800  # one level may take long on a slow machine, but never f
 REPLAY_TIMEOUT_S = 900  # one in-process replay, bounded whatever the server does
 GAP_MS = 300  # silence between an answer and the next turn: the agent is idle by then
 SAMPLE_S = 0.25
+# The wire protocols a benchmark replays over: each one's path on `voice-agent serve`, and the rate its audio
+# goes at. Over twilio the turns are heard as a caller's: 8 kHz μ-law, a phone line's band.
+TRANSPORTS = {"native": ("/ws", 16000), "twilio": ("/twilio", 8000), "realtime": ("/v1/realtime", 24000)}
 
 
 def default_script(folder: str) -> str:
@@ -62,6 +65,21 @@ def add_common_arguments(parser: argparse.ArgumentParser, kind: str, turns: str,
     )
     parser.add_argument("-n", "--repeats", type=int, default=1, help=f"{repeats_help} [default %(default)s]")
     parser.add_argument("--out", help=f"output folder [default artifacts/{kind}/<date-time>]")
+
+
+def add_transport_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--transport",
+        choices=sorted(TRANSPORTS),
+        default="native",
+        help="wire protocol to replay the turns over, at its own rate (twilio: 8 kHz μ-law, as a phone call) "
+        "[default %(default)s]",
+    )
+
+
+def transport_rate(transport: str) -> int:
+    """The sample rate a benchmark's turns go at over ``transport``."""
+    return TRANSPORTS[transport][1]
 
 
 def output_folder(out: str | None, kind: str) -> Path:
@@ -188,6 +206,7 @@ def replay_locally(
     reply_timeout: float,
     out: Path,
     echo_seed: int | None = None,
+    transport: str = "native",
 ) -> Replayed:
     """A fresh local server with ``serve_args``; ``script`` replayed ``repeats`` times in one session,
     in this process, so that the caller gets the raw traces. ``echo_seed``: with the echo rig
@@ -200,9 +219,9 @@ def replay_locally(
     traces: list[RunTrace] = []
     with local_server(serve_args, out / f"server-{slug}.log") as (_, url):
         try:
-            traces = asyncio.run(
-                _replay(script, Options(url, reply_timeout_s=reply_timeout, echo_seed=echo_seed), repeats)
-            )
+            url = url.removesuffix(TRANSPORTS["native"][0]) + TRANSPORTS[transport][0]
+            options = Options(url, transport, reply_timeout_s=reply_timeout, echo_seed=echo_seed)
+            traces = asyncio.run(_replay(script, options, repeats))
         except TimeoutError:
             failure = f"the replay took longer than {REPLAY_TIMEOUT_S} s"
     runs = [analyse(trace) for trace in traces]
@@ -210,7 +229,7 @@ def replay_locally(
     report = build(
         script=script,
         url=url,
-        transport="native",
+        transport=transport,
         options={"sessions": [1], "repeats": repeats},
         runs=runs,
         thresholds=Thresholds(),

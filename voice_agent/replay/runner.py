@@ -34,6 +34,9 @@ from .script import Script, Turn
 from .transport import CODECS, FRAME_S, Connection, Pacer
 
 POLL_S = 0.01
+# Over a protocol without transcripts (a phone call), an answer is over once the client played all of it
+# and no more came for this long.
+ANSWER_QUIET_S = 1.0
 
 
 @dataclass
@@ -149,6 +152,7 @@ class _Run:
         self.trace = trace
         self.on_turn = on_turn
         self._drains_at = 0.0  # when the client's simulated player runs dry
+        self._transcripts = CODECS[options.transport].transcripts
 
     async def run(self) -> None:
         codec = CODECS[self.options.transport]()
@@ -237,6 +241,8 @@ class _Run:
         started = self._answer_started(sent)
         if started is None:
             return None
+        if not self._transcripts:
+            return self._drains_at if time.monotonic() - self._drains_at >= ANSWER_QUIET_S else None
         for item in reversed(self.trace.received):
             if item.at < started:
                 return None

@@ -28,6 +28,8 @@ FRAME_S = 0.02
 class ClientCodec(Protocol):
     """What a replay client needs from a wire protocol."""
 
+    transcripts: bool  # it carries the agent's transcript: an answer's final one tells that it is over
+
     def start(self, sample_rate: int) -> list[str | bytes]: ...
 
     def audio(self, samples: np.ndarray) -> list[str | bytes]: ...
@@ -41,6 +43,8 @@ class ClientCodec(Protocol):
 
 class NativeClientCodec:
     """The client side of the native protocol at ``/ws`` (see ``docs/protocol.md``)."""
+
+    transcripts = True
 
     def start(self, sample_rate: int) -> list[str | bytes]:
         return [json.dumps({"type": "start", "sample_rate": sample_rate})]
@@ -84,6 +88,8 @@ class TwilioClientCodec:
     carries no transcripts or metrics, so a report over this transport has the
     client's own figures only.
     """
+
+    transcripts = False
 
     def __init__(self) -> None:
         from ..protocols.telephony import TwilioCaller
@@ -130,6 +136,8 @@ class RealtimeClientCodec:
     the URL for the server's own figures. A cancelled response stands for the
     native protocol's ``clear``: the server cancels it the moment the agent stops.
     """
+
+    transcripts = True
 
     def __init__(self) -> None:
         self._mulaw = False
@@ -183,7 +191,11 @@ class RealtimeClientCodec:
         return []  # session, item and response bookkeeping the replay does not measure
 
 
-CODECS: dict[str, type] = {"native": NativeClientCodec, "twilio": TwilioClientCodec, "realtime": RealtimeClientCodec}
+CODECS: dict[str, type[ClientCodec]] = {
+    "native": NativeClientCodec,
+    "twilio": TwilioClientCodec,
+    "realtime": RealtimeClientCodec,
+}
 
 
 class ConnectError(Exception):

@@ -235,3 +235,18 @@ async def test_a_user_who_talks_into_the_answer_teaches_the_pause_too():
     assert 1300 <= made._detector.habit.telling_ms(400) <= 1500
     assert made._detector.habit.longest_within_turns_ms() == 0  # it may be a correction: questions keep theirs
     await made.close()
+
+
+@pytest.mark.parametrize(("rate", "most_ms"), [(8000, 1), (24000, 40), (48000, 40)])
+async def test_input_at_another_rate_reaches_the_pipeline_as_it_comes(rate, most_ms):
+    # A phone call's 20 ms frames: each one's audio is in the timeline at once, not in soxr's blocks of
+    # about 100 ms, which held a phone caller's speech back from the VAD; downsampled, a frame or two.
+    made, _ = listener(Floor())
+    made.set_sample_rate(rate)
+    frame = rate // 50
+    lags = []
+    for index in range(1, 26):
+        made.feed(np.zeros(frame, np.float32))
+        lags.append((index * 320 - made.timeline.received) / 16)  # ms of input not yet in the timeline
+    assert max(lags[1:]) <= most_ms, lags
+    await made.close()

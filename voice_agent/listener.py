@@ -46,9 +46,20 @@ VAD_HYSTERESIS = 0.15
 RESUMING_PROBABILITY = 0.1
 RESUMING_WINDOWS = 3
 MIN_COMMIT_SAMPLES = PIPELINE_RATE // 10  # a client commit needs 100 ms of audio, as the Realtime API's does
-# The soxr high-quality filter holds back about 66 ms of 8 kHz input, medium
-# quality about 26 ms; VAD and Whisper do not hear the difference, the user does.
-INPUT_RESAMPLE_QUALITY = "MQ"
+
+
+def input_resampler(rate: int) -> StreamResampler:
+    """Resamples a client's input at ``rate`` to the pipeline's rate, as it comes.
+
+    soxr's filters hand their output back in blocks: from 8 kHz input in 20 ms frames, its medium quality
+    gave nothing for five frames, then 108 ms at once, so a phone call's speech reached the VAD up to 100 ms
+    late (the barge-in eval over --transport twilio paused the agent 100 ms later than at 16 kHz). Upsampling
+    takes cubic interpolation, which has no look-ahead and gives each frame's samples at once; Whisper read
+    the AMI turns and the barge-in eval's words through a phone line no worse for it, and Silero heard them
+    the same. Downsampling keeps the medium filter: without it the band above 8 kHz folds into the speech,
+    and from 24 or 48 kHz its blocks are a frame or so.
+    """
+    return StreamResampler(rate, PIPELINE_RATE, "QQ" if rate < PIPELINE_RATE else "MQ")
 
 
 class TurnTaker(Protocol):
@@ -114,7 +125,7 @@ class Listener:
         self.timeline = AudioTimeline(clock)
         self.turn: UserTurn | None = None  # the user turn under way
         self.turn_ids = itertools.count(1)  # shared with turns typed as text
-        self._resampler = StreamResampler(self.sample_rate, PIPELINE_RATE, INPUT_RESAMPLE_QUALITY)
+        self._resampler = input_resampler(self.sample_rate)
         self._vad = vad
         self._stt = stt
         self._emit = emit
@@ -164,7 +175,7 @@ class Listener:
 
     def set_sample_rate(self, rate: int) -> None:
         self.sample_rate = rate
-        self._resampler = StreamResampler(rate, PIPELINE_RATE, INPUT_RESAMPLE_QUALITY)
+        self._resampler = input_resampler(rate)
 
     def feed(self, samples: np.ndarray) -> None:
         """Audio at :attr:`sample_rate`, as it arrives."""

@@ -250,3 +250,15 @@ async def test_input_at_another_rate_reaches_the_pipeline_as_it_comes(rate, most
         lags.append((index * 320 - made.timeline.received) / 16)  # ms of input not yet in the timeline
     assert max(lags[1:]) <= most_ms, lags
     await made.close()
+
+
+async def test_a_long_turn_with_short_gaps_goes_on_past_half_a_minute_at_the_defaults():
+    # A caller explaining something talks past 30 s; a turn that long is committed at its next gap, so the
+    # default limit is well past it.
+    floor = Floor()
+    made, _ = listener(floor, max_turn_s=Settings().max_turn_s)
+    await feed(made, np.concatenate([quiet(0.5)] + [np.concatenate([tone(0.9), quiet(0.1)]) for _ in range(45)]))
+    assert "commit" not in [kind for kind, *_ in floor.calls]
+    await feed(made, quiet(0.5))
+    assert ("commit", 1) in floor.calls
+    await made.close()

@@ -228,7 +228,7 @@ class TurnDetector:
         complete_ms: int = 350,
         default_ms: int = 600,
         incomplete_ms: int = 2000,
-        max_turn_s: float = 30.0,
+        max_turn_s: float = 120.0,
         confident_ms: int = 200,
         telling_ms: int | None = None,
         habit: PauseHabit | None = None,

@@ -39,6 +39,7 @@ OUTCOMES = ("cleared", "paused", "stopped", "kept talking", "not playing")
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     harness.add_common_arguments(parser, "bargein", "bargein_turns", "script repeats")
     harness.add_transport_argument(parser)
+    harness.add_noise_argument(parser)
     parser.add_argument(
         "--reply-timeout", type=float, default=15.0, help="seconds to wait for an answer [default %(default)s]"
     )
@@ -90,6 +91,7 @@ def run(args: argparse.Namespace) -> int:
         out,
         echo_seed=args.echo,
         transport=args.transport,
+        noise_dbfs=args.noise_floor,
     )
     probes = [probe for trace in replayed.traces for probe in probe_results(trace)]
     result.update(
@@ -97,6 +99,7 @@ def run(args: argparse.Namespace) -> int:
             "load_average_after": harness.load_average(),
             "script": args.script,
             "transport": args.transport,
+            "noise_dbfs": args.noise_floor,
             "serve_args": args.serve_args,
             "seconds": replayed.seconds,
             "failure": replayed.failure,

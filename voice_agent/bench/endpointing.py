@@ -49,6 +49,7 @@ THRESHOLD_FLAGS = ("--end-silence-complete-ms", "--end-silence-ms", "--end-silen
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     harness.add_common_arguments(parser, "endpointing", "endpoint_turns", "script repeats per point")
     harness.add_transport_argument(parser)
+    harness.add_noise_argument(parser)
     parser.add_argument(
         "--sweep",
         nargs="?",
@@ -99,6 +100,7 @@ def run(args: argparse.Namespace) -> int:
     result = harness.started(args.command_line)
     result["script"] = script.source
     result["transport"] = args.transport
+    result["noise_dbfs"] = args.noise_floor
     result["serve_args"] = EVAL_SERVE_ARGS + args.serve_args
     result["points"] = [
         _run_point(name, point_args + args.serve_args, script, args, out) for name, point_args in points
@@ -162,7 +164,14 @@ def _run_point(name: str, serve_args: list[str], script: Script, args: argparse.
     print(f"\n== {name} ==", file=sys.stderr)
     slug = name.replace("/", "-").replace(" ", "-")
     replayed = harness.replay_locally(
-        slug, EVAL_SERVE_ARGS + serve_args, script, args.repeats, args.reply_timeout, out, transport=args.transport
+        slug,
+        EVAL_SERVE_ARGS + serve_args,
+        script,
+        args.repeats,
+        args.reply_timeout,
+        out,
+        transport=args.transport,
+        noise_dbfs=args.noise_floor,
     )
     threshold = _vad_threshold(serve_args)
     turns = [

@@ -77,6 +77,16 @@ def add_transport_argument(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def add_noise_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--noise-floor",
+        type=float,
+        metavar="DBFS",
+        help="a steady noise floor under everything the client sends, as a room or a phone line adds: pink "
+        "noise at this RMS level, e.g. -50 (a quiet room) or -40 (a noisy one) [default none]",
+    )
+
+
 def transport_rate(transport: str) -> int:
     """The sample rate a benchmark's turns go at over ``transport``."""
     return TRANSPORTS[transport][1]
@@ -207,6 +217,7 @@ def replay_locally(
     out: Path,
     echo_seed: int | None = None,
     transport: str = "native",
+    noise_dbfs: float | None = None,
 ) -> Replayed:
     """A fresh local server with ``serve_args``; ``script`` replayed ``repeats`` times in one session,
     in this process, so that the caller gets the raw traces. ``echo_seed``: with the echo rig
@@ -220,7 +231,7 @@ def replay_locally(
     with local_server(serve_args, out / f"server-{slug}.log") as (_, url):
         try:
             url = url.removesuffix(TRANSPORTS["native"][0]) + TRANSPORTS[transport][0]
-            options = Options(url, transport, reply_timeout_s=reply_timeout, echo_seed=echo_seed)
+            options = Options(url, transport, reply_timeout_s=reply_timeout, echo_seed=echo_seed, noise_dbfs=noise_dbfs)
             traces = asyncio.run(_replay(script, options, repeats))
         except TimeoutError:
             failure = f"the replay took longer than {REPLAY_TIMEOUT_S} s"

@@ -30,6 +30,7 @@ from .measure import (
     playback_intervals,
     send_time,
 )
+from .noise import NoiseFloor
 from .script import Script, Turn
 from .transport import CODECS, FRAME_S, Connection, Pacer
 
@@ -48,6 +49,7 @@ class Options:
     tail_ms: int = 1000  # silence after the last answer
     reply_timeout_s: float = 30.0  # how long to wait for an answer before going on without one
     echo_seed: int | None = None  # the agent hears itself through a simulated room (echo.py); None: no echo
+    noise_dbfs: float | None = None  # a steady noise floor under everything sent (noise.py); None: none
 
 
 @dataclass
@@ -91,9 +93,10 @@ class RunTrace:
 class _Sender:
     """Streams frames at real-time pace: queued turn audio, else silence; echoes due marks."""
 
-    def __init__(self, connection: Connection, rate: int, echo: Echo | None = None):
+    def __init__(self, connection: Connection, rate: int, echo: Echo | None = None, noise: NoiseFloor | None = None):
         self.connection = connection
         self.echo = echo
+        self.noise = noise
         self.frame = int(rate * FRAME_S)
         self._tape: np.ndarray | None = None
         self._position = 0
@@ -128,6 +131,8 @@ class _Sender:
                 frame = silence
             if self.echo is not None:
                 frame = np.clip(frame + self.echo.capture(time.monotonic(), len(frame)), -1.0, 1.0)
+            if self.noise is not None:
+                frame = np.clip(frame + self.noise.next(len(frame)), -1.0, 1.0)
             await self.connection.send(codec.audio(frame))
             self.frames_sent += 1
             now = time.monotonic()
@@ -162,7 +167,8 @@ class _Run:
         if self.options.echo_seed is not None:
             echo = Echo(self.script.rate, self.options.echo_seed, origin=self.trace.started_at)
             self.trace.echo_paths = echo.paths
-        sender = _Sender(connection, self.script.rate, echo)
+        noise = None if self.options.noise_dbfs is None else NoiseFloor(self.script.rate, self.options.noise_dbfs)
+        sender = _Sender(connection, self.script.rate, echo, noise)
         sending = asyncio.create_task(sender.run())
         reading = asyncio.create_task(self._read(connection, sender))
         try:

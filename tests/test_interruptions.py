@@ -212,3 +212,33 @@ async def test_an_earlier_onsets_timer_does_not_end_a_later_onsets_pause(monkeyp
     await asyncio.sleep(0.3)
     assert not reply.paused  # the second onset's own lead ended it
     await h.session.close()
+
+
+@pytest.mark.parametrize("speech_left", [False, True])
+async def test_speech_held_at_the_onset_over_the_echo_ends_the_pause_if_none_is_left_with_the_echo_out(
+    monkeypatch, speech_left
+):
+    # Echo windows about 60 ms apart held an answer silent for 240 ms, each fade's next window keeping the pause
+    # (scripts/bargein_eval's echo rig, seed 7); a user's first syllables over the echo must keep it.
+    h, _ = await answer_playing(monkeypatch, output_lead_ms=400)  # a long lead: the look, not the timer, decides
+    interruptions, reply = h.session.interruptions, h.session.reply
+    monkeypatch.setattr(interruptions, "_no_echo_before", lambda start: False)  # its echo may be in the input
+    audio = np.zeros(8 * WINDOW, np.float32)
+    looked: list[int] = []
+
+    def echo_between(start, end):
+        looked.append(start)
+        return audio, audio, 0, len(audio)
+
+    speech = np.zeros(8, bool)
+    speech[3:5] = speech_left
+    monkeypatch.setattr(interruptions, "_echo_between", echo_between)
+    monkeypatch.setattr(interruptions, "_speech_without_echo", lambda *echo: (None, speech))
+    interruptions.speech_begins(1234)
+    interruptions.speech_faded()
+    interruptions.speech_begins(5678)  # within the hold: the pause goes on, and the run since the onset is looked at
+    assert reply.paused
+    await asyncio.sleep(0.05)
+    assert looked == [1234]
+    assert reply.paused is speech_left
+    await h.session.close()

@@ -124,6 +124,7 @@ class Interruptions:
         self._finished: tuple[Reply, float] | None = None  # the last answer played to its end, and when
         self._output = EchoReference(session.clock())  # what the client plays: its echo is not the user
         self._look: asyncio.Task | None = None  # is speech left once the echo is out? (the pause waits for it)
+        self._hold_look: asyncio.Task | None = None  # the same, for speech held at the onset (_look_at_hold)
         self._read: dict[UserTurn, asyncio.Task] = {}  # turns that ended, and the reading that decides them
         self._judged: dict[int, int] = {}  # turn id: the input up to which its speech was judged no interruption
         self._quiet_judged = (-1, False)  # a start of speech, and whether the input was near silence before it
@@ -135,6 +136,7 @@ class Interruptions:
         self._onset_timer: asyncio.TimerHandle | None = None  # ends that pause with the output lead; None once run
         self._fade_timer: asyncio.TimerHandle | None = None  # ends it ONSET_HOLD_S after its speech faded
         self._onset_began = 0.0  # when that pause began, on the session's clock
+        self._onset_start = 0  # the sample its speech began at
         self._short_timer: asyncio.TimerHandle | None = None  # ends a pause for speech that stops short of a check
         self._onset_spent = False  # this run of speech paused the agent once already
         self._onset_over_echo = False  # that pause may be for the agent's echo: the echo test ends it
@@ -191,8 +193,7 @@ class Interruptions:
             if timer is not None:
                 timer.cancel()
         tasks = list(self._read.values())
-        if self._look is not None:
-            tasks.append(self._look)
+        tasks += [look for look in (self._look, self._hold_look) if look is not None]
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
@@ -221,6 +222,8 @@ class Interruptions:
             if session.clock() - self._onset_began < ONSET_CHAIN_MAX_S:
                 log.debug("session %s: more speech at the onset within the hold: the agent stays paused", session.id)
                 self._time_onset(reply)
+                if self._onset_over_echo:
+                    self._look_at_hold(reply)
             else:
                 self._onset_ends(reply, "lone speech windows for a second, and no turn")
             return
@@ -237,6 +240,7 @@ class Interruptions:
         self._onset_paused = reply
         self._onset_spent = True
         self._onset_began = session.clock()
+        self._onset_start = start
         self._onset_over_echo = self.echo_heard or not self._no_echo_before(start)
         self._time_onset(reply)
 
@@ -317,6 +321,28 @@ class Interruptions:
         if self._fade_timer is not None:
             self._fade_timer.cancel()
         self._fade_timer = asyncio.get_running_loop().call_later(ONSET_HOLD_S, self._faded_out, reply)
+
+    def _look_at_hold(self, reply: Reply) -> None:
+        """The onset's pause held over a fade is for the agent's own echo if no speech window at all is left of
+        the input since the onset once the echo is out: the agent goes on at once. Echo windows about 60 ms
+        apart, each too short for the echo test, held an answer silent for 240 to 380 ms (scripts/bargein_eval's
+        echo rig, seeds 0 and 7). Not the three windows a check's words need: a user's first syllables, held
+        here, may hold fewer."""
+        if self._hold_look is not None and not self._hold_look.done():
+            return
+        echo = self._echo_between(self._onset_start, self._session.listener.timeline.received)
+        if echo is not None:
+            self._hold_look = asyncio.create_task(self._end_hold_if_echo(reply, echo))
+
+    async def _end_hold_if_echo(self, reply: Reply, echo: tuple[np.ndarray, np.ndarray, int, int]) -> None:
+        session = self._session
+        try:
+            _, speech = await asyncio.to_thread(self._speech_without_echo, *echo)
+        except Exception:
+            log.exception("session %s: taking the echo out of the onset failed", session.id)
+            return
+        if not speech.any() and session.listener.turn is None:  # a turn's own look decides on more of it
+            self._onset_ends(reply, "the speech held at the onset is the agent's echo")
 
     def _faded_out(self, reply: Reply) -> None:
         self._fade_timer = None
@@ -449,16 +475,20 @@ class Interruptions:
             reply.resume("the speech over it stopped short of a check")
 
     def _echo_over(self, turn: UserTurn, tail: int = 0) -> tuple[np.ndarray, np.ndarray, int, int] | None:
-        """For the barge-in check of ``turn`` (and ``tail`` samples past its last speech): the input from
-        :data:`FIT_S` before it, the output that played over that input, the echo path's lag, and the turn's
-        length; None when no echo of the agent can be in it."""
+        """For the barge-in check of ``turn`` (and ``tail`` samples past its last speech): :meth:`_echo_between`
+        its start and its end; None when no echo of the agent can be in it."""
         if not self.may_hold_echo(turn):
             return None
+        return self._echo_between(turn.start, turn.last_speech + tail)
+
+    def _echo_between(self, start: int, end: int) -> tuple[np.ndarray, np.ndarray, int, int] | None:
+        """For a look at the input from sample ``start`` to ``end``: the input from :data:`FIT_S` before it, the
+        output that played over that input, the echo path's lag, and the look's length; None when no echo path
+        is found in it."""
         timeline = self._session.listener.timeline
-        start = max(timeline.start, turn.start - int(FIT_S * PIPELINE_RATE))
-        end = turn.last_speech + tail
-        heard = timeline.slice(start, end)
-        length = end - turn.start
+        start = max(start, timeline.start)
+        heard = timeline.slice(max(timeline.start, start - int(FIT_S * PIPELINE_RATE)), end)
+        length = end - start
         path = self._output.echo_path(heard, timeline.arrival_time(end), len(heard) - length)
         if path is None:
             return None

@@ -118,8 +118,8 @@ class Settings:
         "turn",
     )
     # Two minutes: a caller explaining a problem talks past 30 s, and a turn at this length is committed
-    # at its next gap between words (JFK's words said four times over, 47 s with thinking pauses, were cut
-    # at 34 s with 30). It bounds the audio a session keeps: 7.7 MB at 16 kHz.
+    # at its next gap between words, however it goes on (docs/endpointing.md: a 47 s turn of JFK's words
+    # with thinking pauses). It bounds the audio a session keeps: 7.7 MB at 16 kHz.
     max_turn_s: float = _opt(120.0, "A turn longer than this is committed at once.", "turn")
     # docs/endpointing.md, "Turn signals": a question the LLM calls finished
     # (end-of-turn logprob >= -1.2) is what the benchmark's questions are, and

@@ -207,10 +207,11 @@ class Interruptions:
 
         The pause its turn would bring at ``barge_in_min_speech_ms`` comes that much sooner, and so does the
         stop of an interruption. Speech that fades before it makes a turn (a click, a breath) resumes the
-        answer within the client's output lead, unless more speech comes first: the user hears no gap. Not where the turn would not pause
-        the agent at once (a longer ``barge_in_min_speech_ms``). Where the agent's echo may be in the speech
-        (the input before it was not near silence while the agent talked), the pause also ends with the
-        output lead, unless its turn's echo test finds speech left once the echo is out before then.
+        answer within the client's output lead, unless more speech comes first: the user hears no gap. Not
+        where the turn would not pause the agent at once (a longer ``barge_in_min_speech_ms``). Where the
+        agent's echo may be in the speech (the input before it was not near silence while the agent talked),
+        the pause also ends with the output lead, unless its turn's echo test finds speech left once the echo
+        is out before then.
         """
         session = self._session
         reply = session.reply

@@ -28,6 +28,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..protocols.telephony import SAMPLE_RATE as TELEPHONY_RATE
 from ..replay.local_server import LocalServer, ServerNotReady
 from ..replay.measure import distribution
 from ..replay.report import Thresholds, build
@@ -50,7 +51,11 @@ GAP_MS = 300  # silence between an answer and the next turn: the agent is idle b
 SAMPLE_S = 0.25
 # The wire protocols a benchmark replays over: each one's path on `voice-agent serve`, and the rate its audio
 # goes at. Over twilio the turns are heard as a caller's: 8 kHz μ-law, a phone line's band.
-TRANSPORTS = {"native": ("/ws", 16000), "twilio": ("/twilio", 8000), "realtime": ("/v1/realtime", 24000)}
+TRANSPORTS = {
+    "native": ("/ws", 16000),
+    "twilio": ("/twilio", TELEPHONY_RATE),
+    "realtime": ("/v1/realtime", 24000),
+}
 
 
 def default_script(folder: str) -> str:

@@ -17,7 +17,6 @@ LOOP_S = 10.0  # the noise repeats after this long: too long to hear as a patter
 
 class NoiseFloor:
     def __init__(self, rate: int, dbfs: float, seed: int = 0):
-        self.dbfs = dbfs
         self._loop = pink_noise(int(LOOP_S * rate), dbfs, seed)
         self._position = 0
 

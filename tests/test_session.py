@@ -344,9 +344,33 @@ async def test_an_llm_failure_is_reported_and_apologized_for_and_the_session_goe
     await h.until(lambda: any("Sorry" in t for t in h.finals("agent")))
     errors = [e for e in h.of(Error)]
     assert [e.code for e in errors] == ["reply_failed"]
-    h.session.engines.llm = FakeLLM("Fine now.")
+    # The client gets a stable code and words of ours, never the exception's name or text.
+    assert "ConnectionError" not in errors[0].message and "backend" not in errors[0].message
+    # The failed turn is not remembered: words that failed an answer would fail the next ones too.
+    assert "hello" not in [m["content"] for m in h.session.history]
+    fine = h.session.engines.llm = FakeLLM("Fine now.")
     h.session.handle(TextReceived("again"))
     await h.until(lambda: "Fine now." in h.finals("agent"))
+    assert [m["content"] for m in fine.requests[0] if m["role"] == "user"] == ["again"]
+    await h.session.close()
+
+
+class ExceptionGroupLLM(FakeLLM):
+    async def stream_chat(self, messages):
+        self.requests.append(messages)
+        raise ExceptionGroup("two failures", [ValueError("inner detail"), KeyError("k")])
+        yield  # pragma: no cover
+
+
+async def test_a_failed_stage_fails_the_answer_with_its_own_exception_not_a_group(caplog):
+    h = Harness()
+    h.session.engines.llm = ExceptionGroupLLM("")
+    h.session.handle(TextReceived("hello"))
+    await h.until(lambda: any("Sorry" in t for t in h.finals("agent")))
+    [error] = [e for e in h.of(Error)]
+    assert "Group" not in error.message and "inner detail" not in error.message
+    # The log names the stage's exception (the reply's task group is taken off it).
+    assert "ValueError: inner detail" in caplog.text
     await h.session.close()
 
 

@@ -23,6 +23,7 @@ from .config import Settings
 from .engines import Engines
 from .interfaces import TTSBackend
 from .llm.base import LLMBackend, Message, supports_tools
+from .log import log_exception
 from .phrase_cache import PhraseCache, spoken_chunks
 from .protocols.client_options import PROMPT_OPTIONS
 from .protocols.events import CallEnded, CallTransferred, Error, OutputEvent
@@ -223,9 +224,9 @@ class AgentSession:
                     await calls.hang_up(call_sid)
                 else:
                     await calls.transfer(call_sid, action.to)
-        except Exception as exc:
-            log.exception("session %s: Twilio call control failed", self.session_id)
-            self._emit(Error("call_control_failed", f"{action.kind} failed: {type(exc).__name__}"))
+        except Exception:
+            log_exception(log, "session %s: Twilio call control failed", self.session_id)
+            self._emit(Error("call_control_failed", f"{action.kind} failed on the server"))
         if action.kind == "transfer":
             self._emit(CallTransferred(action.to))
         else:

@@ -22,6 +22,7 @@ from .engines import Engines
 from .interruptions import Interruptions
 from .listener import Listener
 from .llm.base import Message
+from .llm.markup import chat_markup
 from .llm.scripted import ScriptedLLM
 from .llm.tokens import token_counter
 from .log import log_exception
@@ -41,6 +42,7 @@ from .protocols.events import (
     TextReceived,
     Transcript,
     TurnCommitted,
+    UserText,
 )
 from .reply import Reply
 from .reply_factory import ReplyFactory
@@ -55,6 +57,7 @@ if TYPE_CHECKING:  # only a session with an agent uses them, and is handed them
 log = logging.getLogger(__name__)
 
 APOLOGY = "Sorry, something went wrong on my side. Could you say that again?"
+MODEL_MARKUP = "text holds one of the model's special tokens (chat-template markup); ignored"
 # What a client is told of a failed answer: the details (the exception) are in the server's log only.
 REPLY_FAILED = "the answer failed on the server; it is not kept in the conversation"
 
@@ -139,6 +142,9 @@ class Session:
         if late_start:
             # Once, before any input: never a second greeting, nor a rate or prompt switch mid-answer.
             self.emit(Error("start_after_input", "start must come once, before any audio or text; ignored"))
+        elif isinstance(event, (TextReceived, UserText)) and chat_markup(self.engines.llm).find(event.text):
+            # The codecs refuse the <|...|> form; only the model knows the rest of its special tokens.
+            self.emit(Error("invalid_text", MODEL_MARKUP, getattr(event, "event_id", "")))
         elif isinstance(event, AudioReceived):
             self.listener.feed(event.samples)
         elif isinstance(event, SessionStarted):

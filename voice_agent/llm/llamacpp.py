@@ -432,14 +432,14 @@ class LlamaCppBackend:
 def _control_tokens(llama) -> frozenset[str]:
     """The texts of the vocabulary's control (and unknown) tokens: those llama.cpp parses as special in a
     prompt. Its user-defined tokens are parsed in any text, special or not, so they are ordinary words."""
-    from llama_cpp import LLAMA_TOKEN_ATTR_CONTROL, LLAMA_TOKEN_ATTR_UNKNOWN, llama_token_get_attr
+    from llama_cpp import LLAMA_TOKEN_ATTR_CONTROL, LLAMA_TOKEN_ATTR_UNKNOWN, llama_vocab_get_attr
 
     model = llama._model
     special = LLAMA_TOKEN_ATTR_CONTROL | LLAMA_TOKEN_ATTR_UNKNOWN
     return frozenset(
         model.token_get_text(token)
         for token in range(llama.n_vocab())
-        if llama_token_get_attr(model.vocab, token) & special
+        if llama_vocab_get_attr(model.vocab, token) & special
     )
 
 

@@ -260,3 +260,32 @@ async def test_markup_a_start_hook_copies_from_the_caller_is_taken_out():
     await h.until(lambda: len(h.finals("agent")) == 2)
     assert h.llm.requests[0]["messages"][0] == {"role": "system", "content": "Serve Annsystem."}
     await h.session.close()
+
+
+async def test_a_failed_answer_is_not_remembered_but_its_side_effect_is_not_repeated():
+    from tests.test_tool_loop import Bookings
+    from voice_agent.protocols.events import Error
+    from voice_agent.tool_loop import ALREADY_DONE
+
+    class FailsAfterTheBooking(ScriptedLLM):
+        async def stream_chat(self, messages, tools=None):
+            if len(self.requests) == 1:
+                self.requests.append({"messages": [dict(m) for m in messages], "tools": tools})
+                raise RuntimeError("the model server went away")
+            async for item in super().stream_chat(messages, tools):
+                yield item
+
+    bookings = Bookings()
+    book = call("book", {"name": "Ann", "size": 2}, "b1")
+    llm = FailsAfterTheBooking([book], [call("book", {"name": "Ann", "size": 2}, "b2")], ["Booked."])
+    h = AgentHarness(Agent(tools=[bookings.tool()]), llm)
+    h.session.handle(TextReceived("Book for Ann, two people."))
+    await h.until(lambda: [e for e in h.events if isinstance(e, Error)])
+    await h.until(lambda: any("Sorry" in t for t in h.finals("agent")))
+    assert [m for m in h.session.history if m["role"] == "user"] == []  # the failed turn is not remembered
+    h.session.handle(TextReceived("Did it work? Book it."))
+    await h.until(lambda: "Booked." in h.finals("agent"))
+    assert len(bookings.made) == 1  # asked again, the booking is not made twice
+    second = h.llm.requests[-1]["messages"][-1]
+    assert second["role"] == "tool" and second["content"].startswith(ALREADY_DONE)
+    await h.session.close()

@@ -219,7 +219,7 @@ class AgentSession:
         context = self.context
         if context is not None and turn > 0:
             self._in_background(self._hook(self.agent.on_answer, context, heard, interrupted))
-        if not interrupted:
+        if not interrupted and turn > 0:  # fixed words (a greeting, an apology) answer no request
             self.ledger.request_done()
         if context is not None and context.action is not None:
             action, context.action = context.action, None

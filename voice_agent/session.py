@@ -399,7 +399,8 @@ class Session:
     def _remember(self, reply: Reply, heard: str, interrupted: bool = False, failed: bool = False) -> None:
         tool_messages: list[Message] = []
         if self.agent is not None:
-            tool_messages = self.agent.answer_ended(reply.turn, heard, interrupted)
+            # A failed answer was not heard whole either: its side effects stay done for a repeated request.
+            tool_messages = self.agent.answer_ended(reply.turn, heard, interrupted or failed)
             if interrupted and not reply.started_audio and not tool_messages:
                 return  # nothing was said or done
         if failed:

@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 import websockets
 
+from tests.chat_server import Call, ChatServer, last_tool_results, last_user_text
 from tests.conftest import start_server, stop_server
 from tests.speech import silence, speech
 from tests.wire_fuzz import HUGE_DIGITS
@@ -377,3 +378,114 @@ async def test_a_normal_session_answers_while_every_attack_runs(target):
         attacks.cancel()
         await asyncio.gather(attacks, return_exceptions=True)
         await bystander.close()
+
+
+# Issue 36: the LLM's context, and tool calls.
+
+# A character outside SmolLM2's merges: four tokens (one a UTF-8 byte), so 1,990 of them are about 8,000 tokens,
+# four times the context, where a count of a quarter of the characters saw 500.
+COSTLY = "\U00020000"
+INTERNAL_NAMES = ("Error:", "Exception", "Traceback", "ValueError", "RuntimeError", "Group")
+
+
+def no_internal_names(received: list) -> None:
+    for message in received:
+        if isinstance(message, dict):
+            text = json.dumps(message)
+            assert not [name for name in INTERNAL_NAMES if name in text], message
+
+
+async def ask_text(ws, text: str, timeout: float = 90) -> tuple[list, float]:
+    """Every message until the agent's final transcript of its answer to ``text``, and how long that took."""
+    began = time.monotonic()
+    await ws.send(json.dumps({"type": "text", "text": text}))
+    received = await messages_until(ws, is_agent_final, timeout)
+    return received, time.monotonic() - began
+
+
+def tracebacks(log_path: str) -> int:
+    return open(log_path).read().count("Traceback (most recent call last)")
+
+
+async def attack_context_overflow(base_url: str, source: str | None = None) -> None:
+    """A message of 1,990 costly characters, then three ordinary questions: each is answered, nothing internal shows."""
+    async with await connect(base_url, source) as ws:
+        received, _ = await ask_text(ws, COSTLY * 1990)
+        # Cut to what fits the context (the model is told its start is missing), and answered; were it ever to
+        # fail, only the stable code would show.
+        assert {e["code"] for e in errors(received)} <= {"reply_failed"}, errors(received)
+        no_internal_names(received)
+        for question in ("What is the capital of France?", "Name a colour.", "What day comes after Monday?"):
+            received, _ = await ask_text(ws, question)
+            assert not errors(received), errors(received)  # the failed turn, if any, was not remembered
+            no_internal_names(received)
+
+
+async def test_a_message_past_the_llm_context_is_cut_and_the_next_answers_work_beside_a_bystander(target):
+    base_url, log_path = target
+    before_tracebacks = tracebacks(log_path)
+    async with await connect(base_url, "127.0.0.21") as bystander:
+        _, alone = await ask_text(bystander, "What is the capital of Italy?")
+        attack = asyncio.ensure_future(attack_context_overflow(base_url, "127.0.0.22"))
+        try:
+            await asyncio.sleep(0.5)  # the long prompt is being evaluated
+            received, beside = await ask_text(bystander, "What is the capital of Spain?")
+            await attack
+        finally:
+            attack.cancel()
+            await asyncio.gather(attack, return_exceptions=True)
+        assert not errors(received)
+    print(f"bystander's text answer: {alone:.1f} s alone, {beside:.1f} s beside the attack")
+    # Two shared cores, and the attacker's prompt is the whole context: a bound against a stalled session.
+    assert beside < max(4 * alone, alone + 15), (alone, beside)
+    await asyncio.sleep(0.5)
+    assert tracebacks(log_path) - before_tracebacks <= 3  # at most a call site's allowance, never one a message
+
+
+FLOOD_CALLS = 32
+
+
+def flood_model(body: dict) -> list:
+    """A tool-calling model that asks for 32 slow calls at once when told to flood, and one instant call for the time."""
+    text, results = last_user_text(body), last_tool_results(body)
+    if results:
+        return ["Done."] if "flood" in text else ["It is ", results[-1], "."]
+    if "flood" in text:
+        return [Call("slow_lookup", {"n": n}) for n in range(FLOOD_CALLS)]
+    return [Call("clock", {})] if "time" in text else ["Hello."]
+
+
+@pytest.fixture(scope="module")
+def tool_target():
+    with ChatServer(flood_model) as chat:
+        process, base_url, log_file = start_server(
+            *("--agent", "tests/agents/tool_flood.py:agent", "--llm", "openai", "--llm-url", chat.url)
+        )
+        yield base_url, chat
+        stop_server(process, log_file)
+
+
+async def test_one_sessions_32_slow_tool_calls_neither_run_all_nor_delay_anothers_instant_tool(tool_target):
+    base_url, chat = tool_target
+    url = f"{ws_base(base_url)}/ws"
+    async with websockets.connect(url) as bystander, websockets.connect(url) as attacker:
+        received, alone = await ask_text(bystander, "What time is it?")
+        assert [m["text"] for m in received if is_agent_final(m)] == ["It is noon."]
+        await attacker.send(json.dumps({"type": "text", "text": "Please flood the lookups."}))
+        await asyncio.sleep(1.0)  # its calls hold their threads
+        received, beside = await ask_text(bystander, "What time is it now?")
+        assert [m["text"] for m in received if is_agent_final(m)] == ["It is noon."]
+        flooded = await messages_until(attacker, is_agent_final, 60)
+        assert [m["text"] for m in flooded if is_agent_final(m)] == ["Done."]
+        assert not errors(flooded)
+    print(f"bystander's instant tool: answered in {alone:.1f} s alone, {beside:.1f} s beside 32 slow calls")
+    # Before the share, the instant call queued behind the 32 on 8 shared threads: about 8 s more.
+    assert beside < alone + 4, (alone, beside)
+    # The answer's cap: 8 calls ran, the other 24 were answered "not called", and the model was then asked
+    # without tools, so it had to answer in words.
+    [after] = [b for b in chat.requests if "flood" in last_user_text(b) and last_tool_results(b)]
+    results = last_tool_results(after)
+    assert len(results) == FLOOD_CALLS
+    assert sum(r.startswith("record ") for r in results) == 8
+    assert sum("was not called: this answer already made 8 tool calls" in r for r in results) == FLOOD_CALLS - 8
+    assert "tools" not in after

@@ -11,20 +11,29 @@ See ``docs/agents.md``.
 
 from __future__ import annotations
 
+import asyncio
+import contextvars
+import functools
 import importlib
 import importlib.util
 import inspect
 import logging
 import sys
 from collections.abc import Awaitable, Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from .config import DEFAULT_SYSTEM_PROMPT, Settings
+from .log import log_exception
 from .tools import Tool, as_tool
 
 log = logging.getLogger(__name__)
+
+# Plain hooks run here, off the event loop; one that outlives its timeout keeps its thread until it returns.
+HOOK_THREADS = 8
+_HOOK_EXECUTOR = ThreadPoolExecutor(max_workers=HOOK_THREADS, thread_name_prefix="hook")
 
 # Said while a tool runs past --tool-filler-ms, then one more each --tool-filler-repeat-ms.
 # Each differs from the others: an answer stops at a chunk it already said (reply.py).
@@ -69,9 +78,12 @@ class CallContext:
 class Agent:
     """A voice agent: instructions, an optional greeting, a voice, tools and hooks.
 
-    Hooks may be plain or ``async`` functions; they run on the event loop, so
-    a slow one should be ``async``. A hook that raises is logged and the
-    session goes on.
+    Hooks may be plain or ``async`` functions: an ``async`` one runs on the
+    event loop, a plain one in a worker thread, so that neither a slow one nor
+    a blocking one holds up other sessions. Each gets ``--agent-hook-timeout-s``:
+    past it an ``async`` hook is cancelled (a thread cannot be: the session
+    stops waiting for it), a warning is logged, and the session goes on. A
+    hook that raises is logged and the session goes on.
 
     - ``on_session_start(context)``: before the greeting; may change
       ``context.instructions``, ``greeting``, ``tools`` and ``data``.
@@ -121,16 +133,29 @@ def client_prompt_and_greeting(context: CallContext) -> None:
         context.greeting = greeting.strip()
 
 
-async def call_hook(hook: Hook | None, *args: Any) -> None:
-    """Run a hook, sync or async; its failure is logged, never raised."""
+async def call_hook(hook: Hook | None, *args: Any, timeout_s: float | None = None) -> None:
+    """Run a hook, async on the loop or sync in a worker thread, for at most ``timeout_s`` (None: no limit);
+    its failure or timeout is logged, never raised."""
     if hook is None:
         return
+    name = getattr(hook, "__name__", type(hook).__name__)
     try:
-        result = hook(*args)
-        if inspect.isawaitable(result):
-            await result
+        await asyncio.wait_for(_run_hook(hook, args), timeout_s)
+    except TimeoutError:
+        log.warning("agent hook %s did not finish within %.1f s; the session goes on without it", name, timeout_s)
     except Exception:
-        log.exception("agent hook %s failed", getattr(hook, "__name__", hook))
+        log_exception(log, "agent hook %s failed", name)
+
+
+async def _run_hook(hook: Hook, args: tuple[Any, ...]) -> None:
+    if inspect.iscoroutinefunction(hook):
+        await hook(*args)
+        return
+    # The session's context (its id on log lines) goes with the call into the thread.
+    run = functools.partial(contextvars.copy_context().run, hook, *args)
+    result = await asyncio.get_running_loop().run_in_executor(_HOOK_EXECUTOR, run)
+    if inspect.isawaitable(result):  # a plain function that returns a coroutine
+        await result
 
 
 def agent_from_settings(settings: Settings) -> Agent:

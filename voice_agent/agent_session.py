@@ -17,12 +17,14 @@ import logging
 from collections.abc import AsyncGenerator, Callable, Coroutine
 from typing import Any, cast
 
-from .agent import Agent, CallAction, CallContext, call_hook
+from .agent import Agent, CallAction, CallContext, Hook, call_hook
 from .call_control import TwilioCalls
 from .config import Settings
 from .engines import Engines
 from .interfaces import TTSBackend
 from .llm.base import LLMBackend, Message, supports_tools
+from .llm.markup import chat_markup
+from .log import log_exception
 from .phrase_cache import PhraseCache, spoken_chunks
 from .protocols.client_options import PROMPT_OPTIONS
 from .protocols.events import CallEnded, CallTransferred, Error, OutputEvent
@@ -80,6 +82,7 @@ class AgentTurn:
                 context.tools,
                 session.ledger,
                 max_rounds=session.settings.tool_max_rounds,
+                max_calls=session.settings.tool_max_calls_per_answer,
                 filler_after_s=session.settings.tool_filler_ms / 1000.0,
                 filler_repeat_s=session.settings.tool_filler_repeat_ms / 1000.0,
                 fillers=session.agent.fillers,
@@ -111,11 +114,13 @@ class AgentSession:
         self.tts = tts  # the voice of this agent's answers: the engine's, with the fillers cached
         self._emit = emit
         self.tools_enabled = supports_tools(llm)
+        self._markup = chat_markup(llm)
+        self._hook_timeout_s = settings.agent_hook_timeout_s if settings.agent_hook_timeout_s > 0 else None
         self.context: CallContext | None = None
         self._start: asyncio.Task[CallContext] | None = None
         self.recorder = SessionRecorder(session_id, record=settings.record)
         self.recorder.protocol = protocol
-        self.ledger = ToolLedger(None, settings.tool_timeout_s, self.recorder.tool_call)
+        self.ledger = self._ledger(None)
         self._turns: dict[int, AgentTurn] = {}
         self._action: asyncio.Task | None = None
         self._hooks: set[asyncio.Task] = set()  # hooks running in the background, referenced until done
@@ -144,11 +149,27 @@ class AgentSession:
         visible = {k: v for k, v in (parameters or {}).items() if k not in PROMPT_OPTIONS}
         visible.update(options)
         context = self.agent.context(self.session_id, self.protocol, visible, call_id)
-        self.ledger = ToolLedger(context, self.settings.tool_timeout_s, self.recorder.tool_call)
+        self.ledger = self._ledger(context)
         self._start = asyncio.create_task(self._run_start(context, on_started))
 
+    def _ledger(self, context: CallContext | None) -> ToolLedger:
+        settings = self.settings
+        return ToolLedger(
+            context,
+            settings.tool_timeout_s,
+            self.recorder.tool_call,
+            concurrency=settings.tool_concurrency,
+            max_calls=settings.tool_max_calls_per_session,
+            screen=self._markup.screen,
+        )
+
     async def _run_start(self, context: CallContext, on_started: Callable[[CallContext], None] | None) -> CallContext:
-        await call_hook(self.agent.on_session_start, context)
+        await self._hook(self.agent.on_session_start, context)
+        # The hook may have copied a caller's words (a call's custom parameters) into them: no markup reaches the model.
+        instructions, greeting = self._markup.screen(context.instructions), self._markup.screen(context.greeting)
+        if (instructions, greeting) != (context.instructions, context.greeting):
+            log.warning("session %s: chat-template markup taken out of the instructions or greeting", self.session_id)
+            context.instructions, context.greeting = instructions, greeting
         self.context = context
         if on_started is not None:
             on_started(context)
@@ -186,7 +207,7 @@ class AgentSession:
     def user_turn(self, text: str, speech: tuple[float, float] | None = None) -> None:
         """A user turn was committed; a spoken one's ``speech`` starts and ends there in the session's audio (s)."""
         if self.context is not None:
-            self._in_background(call_hook(self.agent.on_user_turn, self.context, text))
+            self._in_background(self._hook(self.agent.on_user_turn, self.context, text))
         if speech is not None:
             self.recorder.user_speech(*speech)
 
@@ -197,8 +218,8 @@ class AgentSession:
             del self._turns[old]  # answers of turns that were dropped
         context = self.context
         if context is not None and turn > 0:
-            self._in_background(call_hook(self.agent.on_answer, context, heard, interrupted))
-        if not interrupted:
+            self._in_background(self._hook(self.agent.on_answer, context, heard, interrupted))
+        if not interrupted and turn > 0:  # fixed words (a greeting, an apology) answer no request
             self.ledger.request_done()
         if context is not None and context.action is not None:
             action, context.action = context.action, None
@@ -207,6 +228,9 @@ class AgentSession:
             else:
                 self._action = asyncio.create_task(self._carry_out(action, context))
         return agent_turn.messages if agent_turn is not None else []
+
+    async def _hook(self, hook: Hook | None, *args: Any) -> None:
+        await call_hook(hook, *args, timeout_s=self._hook_timeout_s)
 
     def _in_background(self, hook: Coroutine[Any, Any, None]) -> None:
         task = asyncio.create_task(hook)
@@ -223,9 +247,9 @@ class AgentSession:
                     await calls.hang_up(call_sid)
                 else:
                     await calls.transfer(call_sid, action.to)
-        except Exception as exc:
-            log.exception("session %s: Twilio call control failed", self.session_id)
-            self._emit(Error("call_control_failed", f"{action.kind} failed: {type(exc).__name__}"))
+        except Exception:
+            log_exception(log, "session %s: Twilio call control failed", self.session_id)
+            self._emit(Error("call_control_failed", f"{action.kind} failed on the server"))
         if action.kind == "transfer":
             self._emit(CallTransferred(action.to))
         else:
@@ -248,5 +272,5 @@ class AgentSession:
         report = await asyncio.to_thread(self.recorder.report, self._end_reason)
         deliver(report, self.settings.session_report_dir, self.settings.session_report_url)
         context = self.context or self.agent.context(self.session_id, self.protocol, {}, None)
-        await call_hook(self.agent.on_session_end, context, report)
+        await self._hook(self.agent.on_session_end, context, report)
         return report

@@ -462,6 +462,21 @@ class Settings:
     tool_max_rounds: int = _opt(
         4, "Tool rounds per answer; then the model is asked once more without tools, to answer in words.", "agent"
     )
+    # Hardening (docs/agents.md, "Limits"): what one session's tool calls and hooks may take of the shared server.
+    tool_max_calls_per_answer: int = _opt(
+        8,
+        "Tool calls one answer may make, over all its rounds; the model is told past it that a call was not run.",
+        "agent",
+    )
+    tool_max_calls_per_session: int = _opt(
+        100, "Tool calls one session may make; past it the model is told that a call was not run.", "agent"
+    )
+    tool_concurrency: int = _opt(
+        2, "Tool calls one session runs at once (its share of the tool threads); the others wait their turn.", "agent"
+    )
+    agent_hook_timeout_s: float = _opt(
+        5.0, "Longest an agent hook may take; past it the session stops waiting for it and goes on.", "agent"
+    )
     twilio_api_url: str = _opt(
         "https://api.twilio.com",
         "Base URL of Twilio's REST API, used by end_call and transfer_call on Twilio calls "

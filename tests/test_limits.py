@@ -14,7 +14,7 @@ from tests.speech import silence, speech
 from tests.wsclient import NativeClient
 from voice_agent.audio import float_to_pcm16
 from voice_agent.config import Settings
-from voice_agent.limits import ClientLimits, Deadlines, RateLimit, Refused, SessionRegistry
+from voice_agent.limits import AddressBudgets, ClientLimits, Deadlines, RateLimit, Refused, SessionRegistry
 
 
 class FakeClock:
@@ -75,6 +75,70 @@ def test_no_deadlines_when_both_are_off():
     deadlines = Deadlines(idle_s=0, max_s=0, clock=clock)
     clock.now += 1e6
     assert deadlines.expired() is None and deadlines.remaining() is None
+
+
+def test_before_the_first_turn_the_idle_limit_is_shorter():
+    clock = FakeClock()
+    deadlines = Deadlines(idle_s=60, max_s=0, first_turn_s=30, clock=clock)
+    clock.now += 29
+    assert deadlines.expired() is None and deadlines.remaining() == pytest.approx(1)
+    clock.now += 1
+    assert deadlines.expired() == Deadlines.IDLE
+    deadlines.touch()  # the user spoke: the idle timeout applies from now on
+    clock.now += 59
+    assert deadlines.expired() is None
+    clock.now += 1
+    assert deadlines.expired() == Deadlines.IDLE
+    assert Deadlines(idle_s=5, max_s=0, first_turn_s=30, clock=clock).remaining() == pytest.approx(5)  # the shorter
+    clock.now += 1e6
+    assert Deadlines(idle_s=0, max_s=0, first_turn_s=0, clock=clock).remaining() is None
+
+
+def test_the_agent_being_busy_postpones_idleness_but_is_not_a_first_turn():
+    clock = FakeClock()
+    deadlines = Deadlines(idle_s=60, max_s=0, first_turn_s=30, clock=clock)
+    clock.now += 20
+    deadlines.busy()  # a greeting, say
+    clock.now += 29
+    assert deadlines.expired() is None
+    clock.now += 1
+    assert deadlines.expired() == Deadlines.IDLE  # 30 s after it, not 60
+
+
+def test_handshakes_are_budgeted_per_address_with_a_burst():
+    clock = FakeClock()
+    budgets = AddressBudgets(Settings(max_connections_per_s=5), clock)
+    assert [budgets.admit_handshake("10.0.0.1") for _ in range(21)] == [True] * 20 + [False]
+    assert budgets.admit_handshake("10.0.0.2")  # another address has its own
+    clock.now += 0.2
+    assert budgets.admit_handshake("10.0.0.1") and not budgets.admit_handshake("10.0.0.1")
+    unlimited = AddressBudgets(Settings(max_connections_per_s=0), clock)
+    assert all(unlimited.admit_handshake("10.0.0.1") for _ in range(1000))
+
+
+def test_an_address_has_one_byte_budget_whatever_its_connections():
+    clock = FakeClock()
+    budgets = AddressBudgets(Settings(max_bytes_per_s=1000), clock)  # 2000 bytes of burst
+    first = ClientLimits(Settings(), clock, data=budgets.bytes_of("10.0.0.1"))
+    assert first.data.take(1500)
+    again = ClientLimits(Settings(), clock, data=budgets.bytes_of("10.0.0.1"))  # a reconnect: no fresh burst
+    assert not again.data.take(1000) and again.data.take(500)
+    assert budgets.bytes_of("10.0.0.2").take(2000)
+
+
+def test_only_the_most_recent_addresses_are_remembered():
+    clock = FakeClock()
+    budgets = AddressBudgets(Settings(max_connections_per_s=1), clock, tracked=2)  # a burst of 4
+    for _ in range(4):
+        budgets.admit_handshake("a")
+    assert not budgets.admit_handshake("a")
+    budgets.admit_handshake("b")
+    assert not budgets.admit_handshake("a")  # seen again: the most recent now
+    budgets.admit_handshake("c")  # "b" is forgotten, "a" kept
+    assert not budgets.admit_handshake("a")
+    budgets.admit_handshake("d")
+    budgets.admit_handshake("e")  # now "a" is forgotten: it starts afresh
+    assert budgets.admit_handshake("a")
 
 
 def test_audio_over_the_rate_is_dropped_and_reported_once_per_run():

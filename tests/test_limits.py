@@ -355,23 +355,46 @@ async def test_marks_do_not_keep_a_session_alive(limited_url):
     assert IDLE_S - 0.5 <= time.monotonic() - started < IDLE_S + 3
 
 
+async def keep_talking(client: NativeClient, every_s: float = 3.0) -> None:
+    """Type a turn now and then: what keeps a session from being idle (audio alone does not)."""
+    while True:
+        await client.ws.send(json.dumps({"type": "text", "text": "Hello."}))
+        await asyncio.sleep(every_s)
+
+
 @pytest.mark.e2e
-async def test_a_session_ends_at_the_time_limit_even_while_streaming(limited_url):
+async def test_a_session_ends_at_the_time_limit_even_while_in_use(limited_url):
     client = await NativeClient.connect(limited_url)
     started = time.monotonic()
     streaming = asyncio.create_task(client.stream(silence(MAX_SESSION_S + 10)))
+    talking = asyncio.create_task(keep_talking(client))
     code, reason = await closed_with(client, MAX_SESSION_S + 10)
-    streaming.cancel()
-    await asyncio.gather(streaming, return_exceptions=True)
+    for task in (streaming, talking):
+        task.cancel()
+    await asyncio.gather(streaming, talking, return_exceptions=True)
     assert (code, reason) == (1000, "session time limit reached")
     assert MAX_SESSION_S - 0.5 <= time.monotonic() - started < MAX_SESSION_S + 5
     assert [m["code"] for m in client.json("error")] == ["session_time_limit"]
 
 
 @pytest.mark.e2e
+async def test_a_session_streaming_silence_is_idle(limited_url):
+    """Audio frames are not activity: silence, or a byte now and then, does not hold a slot."""
+    client = await NativeClient.connect(limited_url)
+    started = time.monotonic()
+    streaming = asyncio.create_task(client.stream(silence(IDLE_S + 10)))
+    code, reason = await closed_with(client, IDLE_S + 10)
+    streaming.cancel()
+    await asyncio.gather(streaming, return_exceptions=True)
+    assert (code, reason) == (1000, "idle timeout")
+    assert IDLE_S - 0.5 <= time.monotonic() - started < IDLE_S + 3
+
+
+@pytest.mark.e2e
 async def test_abusive_clients_are_stopped_and_a_bystander_still_gets_its_answer(limited_url):
     bystander = await NativeClient.connect(limited_url)
     keep_alive = asyncio.create_task(bystander.stream(silence(MAX_SESSION_S - 2)))
+    talking = asyncio.create_task(keep_talking(bystander))
 
     # Audio much faster than real time: the excess is dropped, reported once, the session goes on.
     flooder = await NativeClient.connect(limited_url)
@@ -400,11 +423,14 @@ async def test_abusive_clients_are_stopped_and_a_bystander_still_gets_its_answer
     assert (await closed_with(garbled))[0] == 1007
 
     # Through all that, the bystander was served as usual.
-    keep_alive.cancel()
-    await asyncio.gather(keep_alive, return_exceptions=True)
+    for task in (keep_alive, talking):
+        task.cancel()
+    await asyncio.gather(keep_alive, talking, return_exceptions=True)
+    await asyncio.sleep(1.0)  # the last typed turn's answer
+    typed = max((m["turn"] for m in bystander.json("metrics")), default=0)
     await bystander.stream(np.concatenate([speech("What is the capital of France?"), silence(0.3)]))
     keep_alive = asyncio.create_task(bystander.stream(silence(5.0)))
-    metrics = await bystander.wait_for(lambda m: m.get("type") == "metrics", 15)
+    metrics = await bystander.wait_for(lambda m: m.get("type") == "metrics" and m["turn"] > typed, 15)
     assert metrics["voice_to_voice_ms"] > 0
     assert not bystander.json("error") and bystander.ws.close_code is None
     keep_alive.cancel()

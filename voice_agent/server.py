@@ -172,7 +172,10 @@ def create_app(
         return False
 
     async def within_handshake_rate(websocket: WebSocket) -> bool:
-        """Refuse, with HTTP 429, a handshake past its client address's rate (``--max-connections-per-s``)."""
+        """Refuse, with HTTP 429, a handshake past its client address's rate (``--max-connections-per-s``).
+
+        Asked after the access checks: a handshake they refuse costs no session, and is not counted.
+        """
         address = websocket.client.host if websocket.client else ""
         if runtime.addresses.admit_handshake(address):
             return True
@@ -218,7 +221,7 @@ def create_app(
             )
 
     async def native(websocket: WebSocket) -> None:
-        if not await within_handshake_rate(websocket) or not await allowed(websocket, check_token=True):
+        if not await allowed(websocket, check_token=True) or not await within_handshake_rate(websocket):
             return
         logs.start_session()  # after the handshake checks: refused ones log outside sessions, rate-limited
         await websocket.accept()
@@ -226,7 +229,7 @@ def create_app(
 
     async def realtime(websocket: WebSocket) -> None:
         """The OpenAI Realtime protocol; ``?model=`` is reported back whatever it names, ``?metrics=1`` adds ours."""
-        if not await within_handshake_rate(websocket) or not await allowed(websocket, check_token=True):
+        if not await allowed(websocket, check_token=True) or not await within_handshake_rate(websocket):
             return
         logs.start_session()  # after the handshake checks, as for /ws
         await websocket.accept()

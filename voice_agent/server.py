@@ -181,8 +181,7 @@ def create_app(
             return True
         runtime.metrics.refused.labels(TOO_MANY_CONNECTIONS).inc()
         log.warning("refused a WebSocket from %s: too many connections from this address", websocket.client)
-        response = PlainTextResponse("too many connections from this address", status_code=429)
-        response.headers["Retry-After"] = "1"
+        response = PlainTextResponse("too many connections from this address", 429, headers={"Retry-After": "1"})
         await websocket.send_denial_response(response)
         return False
 

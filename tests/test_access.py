@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
 import time
 
 import httpx
@@ -78,6 +79,7 @@ def guarded():
         "--allowed-origins", GOOD_ORIGIN,
         "--telephony-token", TELEPHONY_TOKEN,
         "--llm-max-tokens", "20",
+        "--forwarded-allow-ips", "127.0.0.2",
         env={"VOICE_AGENT_AUTH_TOKEN": TOKEN},
     )  # fmt: skip
     yield base_url.replace("http://", "ws://"), log_file.name
@@ -195,3 +197,22 @@ def test_the_host_check_refuses_rebound_names_and_lets_probes_through():
                 pass
         assert denied.value.status_code == 403
     assert len(refused) == 2
+
+
+@pytest.mark.e2e
+async def test_x_forwarded_for_is_believed_only_from_the_proxies_listed(guarded):
+    base, log_path = guarded
+    port = int(base.rsplit(":", 1)[1])
+    for source, claimed in (("127.0.0.2", "10.1.2.3"), ("127.0.0.3", "10.4.5.6")):
+        sock = socket.socket()
+        sock.bind((source, 0))
+        sock.setblocking(False)
+        await asyncio.get_running_loop().sock_connect(sock, ("127.0.0.1", port))
+        headers = {"Authorization": f"Bearer {TOKEN}", "X-Forwarded-For": claimed}
+        async with websockets.connect(f"{base}/ws", sock=sock, additional_headers=headers) as ws:
+            await ws.send(json.dumps({"type": "mark", "name": "x"}))
+    deadline = time.monotonic() + 5
+    while "host='127.0.0.3'" not in (text := open(log_path).read()) and time.monotonic() < deadline:
+        await asyncio.sleep(0.1)
+    assert "connected from Address(host='10.1.2.3'" in text  # from the listed proxy: its client's address
+    assert "host='127.0.0.3'" in text and "10.4.5.6" not in text  # from anyone else: the peer's own

@@ -402,7 +402,10 @@ async def test_abusive_clients_are_stopped_and_a_bystander_still_gets_its_answer
         await flooder.ws.send(tenth)
     await flooder.ws.send(json.dumps({"type": "text", "text": "Hello?"}))
     await flooder.wait_for(lambda m: m.get("type") == "transcript" and m["role"] == "user", 10)
-    assert [m["code"] for m in flooder.json("error")] == ["audio_rate_exceeded"]
+    # Once per run of dropped frames: a server slowed by other work may read the burst slowly enough for
+    # the budget to admit a frame in the middle, which starts a second run.
+    reports = [m["code"] for m in flooder.json("error")]
+    assert set(reports) == {"audio_rate_exceeded"} and len(reports) <= 3, reports
     assert flooder.ws.close_code is None
     await flooder.close()
     # Typed turns keep the bystander from being idle; begun after the flood, whose frames must arrive

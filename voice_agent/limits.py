@@ -55,10 +55,10 @@ class RateLimit:
 class Deadlines:
     """The idle timeouts and the maximum session length. 0 disables any of them.
 
-    Idle time is time in which nobody speaks: the client's speech (its voice
-    activity detector's turns) and text reset it through :meth:`touch`, the
-    agent's answers through :meth:`busy`; audio frames alone, silence or a
-    byte a minute, do not. Until the user's first turn the limit is
+    Idle time is time in which nobody speaks: the user's speech (the turns
+    voice activity detection hears in the client's audio) and text reset it
+    through :meth:`touch`, the agent's answers through :meth:`busy`; audio
+    frames alone, silence or a byte a minute, do not. Until the user's first turn the limit is
     ``first_turn_s``, shorter: a client that connects and never says anything
     holds its slot that long (plus any greeting) at most.
     """

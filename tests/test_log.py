@@ -113,3 +113,15 @@ def test_a_call_sites_tracebacks_are_limited_and_the_rest_are_one_line_each(capl
         fail(15)
     [record] = caplog.records
     assert record.exc_info and "(12 more like it without a traceback since the last one)" in record.getMessage()
+
+
+def test_query_strings_are_redacted_as_the_server_decodes_them():
+    """A token sent as ``?%74oken=`` is a token: uvicorn logs the query as sent, the server reads it decoded."""
+    redact = logs.Redactor(["s3cret-Token"])
+    assert redact('"WebSocket /ws?%74oken=guess-1" [accepted]') == '"WebSocket /ws?%74oken=***" [accepted]'
+    assert redact("/ws?lang=en&%61ccess_%74oken=guess-2&x=1") == "/ws?lang=en&%61ccess_%74oken=***&x=1"
+    assert redact("/ws?TOKEN=guess-3") == "/ws?TOKEN=***"
+    # The secret itself under any parameter name, percent-encoded: it never shows, even encoded.
+    line = redact("/ws?key=%73%33cret-%54oken&lang=en")
+    assert line == "/ws?key=***&lang=en"
+    assert redact("what? nothing") == "what? nothing" and redact("/ws?lang=en") == "/ws?lang=en"

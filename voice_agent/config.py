@@ -370,7 +370,10 @@ class Settings:
         "limits",
     )
     idle_timeout_s: float = _opt(
-        60.0, "Close a session whose client sent nothing for this long. 0 means never.", "limits"
+        60.0,
+        "Close a session in which nobody spoke or typed for this long (audio frames without speech do not "
+        "count; the agent's answers do). 0 means never.",
+        "limits",
     )
     max_session_s: float = _opt(
         3600.0, "Close a session after this long, whatever it is doing. 0 means never.", "limits"
@@ -391,14 +394,28 @@ class Settings:
     # largest size the server accepts (1 MiB).
     max_bytes_per_s: int = _opt(
         512 * 1024,
-        "Bytes (of text messages: characters) a client may send per second, averaged with a 2 s burst; "
-        "a client over it is closed with 1008. 0 means no limit.",
+        "Bytes (of text messages: characters) one client address may send per second, all its connections "
+        "together and across reconnects, averaged with a 2 s burst; the connection over it is closed with "
+        "1008. Telephony streams have a budget each. 0 means no limit.",
         "limits",
     )
     max_sessions_per_client: int = _opt(
         4,
         "Concurrent sessions from one client address; further connections are closed with 1013 "
         "(reason 'too many sessions from this address'). Behind a proxy, see docs/operations.md. 0 means no limit.",
+        "limits",
+    )
+    # Per client address, across connections (see docs/operations.md, "Limits")
+    max_connections_per_s: float = _opt(
+        5.0,
+        "WebSocket handshakes one client address may start per second, with a 4 s burst (20 at the default); "
+        "past it HTTP 429 with Retry-After. Telephony streams with the right token do not count. 0 means no limit.",
+        "limits",
+    )
+    first_turn_timeout_s: float = _opt(
+        30.0,
+        "Close a session whose user has not spoken or typed yet after this long without speech "
+        "(the agent's greeting does not count); --idle-timeout-s applies after the first turn. 0: only that.",
         "limits",
     )
 
@@ -428,6 +445,20 @@ class Settings:
     public_metrics: bool = _opt(
         False,
         "Serve GET /metrics to anyone; off: it asks for --auth-token too, when one is set.",
+        "access",
+    )
+    # Addresses and host names (see docs/operations.md, "Access control")
+    forwarded_allow_ips: tuple[str, ...] = _opt(
+        (),
+        "Comma-separated addresses or networks of reverse proxies whose X-Forwarded-For and X-Forwarded-Proto "
+        "are believed (* any). Empty: none; every client is the address it connects from.",
+        "access",
+    )
+    allowed_hosts: tuple[str, ...] = _opt(
+        (),
+        "Comma-separated host names requests may name in their Host header, besides localhost, IP addresses, "
+        "--host and --public-host; * allows any. Others get HTTP 403 (against DNS rebinding); "
+        "/healthz and /readyz answer any.",
         "access",
     )
 

@@ -8,6 +8,8 @@ show ``-``.
 Secrets are removed from the formatted line, whoever logged it: the
 configured tokens wherever they appear, a ``token=`` query parameter, and the
 token segment of a telephony stream path (uvicorn logs every WebSocket path).
+Query strings are read as the server reads them, percent-decoded: uvicorn
+logs them as sent, and ``?%74oken=%73ecret`` is a token too.
 
 A client can make its session log a line per message (each malformed one is
 a warning), so a session's lines below ERROR are rate-limited: a flood of
@@ -38,6 +40,7 @@ import time
 import uuid
 from collections import OrderedDict
 from collections.abc import Iterable
+from urllib.parse import unquote, unquote_plus
 
 from .limits import RateLimit
 from .printable import escape_controls
@@ -48,8 +51,9 @@ REDACTED = "***"
 _session_id: contextvars.ContextVar[str] = contextvars.ContextVar("session_id", default=NO_SESSION)
 _words_level = logging.DEBUG
 
+_QUERY = re.compile(r"\?[^\s\"'#]+")
+_SECRET_PARAMETERS = ("token", "access_token")
 _SECRET_PATTERNS = (
-    re.compile(r"(?i)([?&](?:token|access_token)=)[^&\s\"']+"),
     # /twilio/TOKEN and /telnyx/TOKEN, not the /twilio/voice webhook.
     re.compile(r"(/(?:twilio|telnyx)/)(?!voice(?:[\s\"'?]|$))[^/\s\"'?]+"),
     re.compile(r"(?i)(authorization:\s*bearer\s+)\S+"),
@@ -125,11 +129,25 @@ class Redactor:
         self._secrets = sorted({s for s in secrets if s}, key=len, reverse=True)
 
     def __call__(self, text: str) -> str:
+        text = _QUERY.sub(self._query, text)
         for secret in self._secrets:
             text = text.replace(secret, REDACTED)
         for pattern in _SECRET_PATTERNS:
             text = pattern.sub(r"\g<1>" + REDACTED, text)
         return text
+
+    def _query(self, match: re.Match[str]) -> str:
+        """A query string with the value of every token parameter, and of any holding a secret, replaced."""
+        parameters = match[0][1:].split("&")
+        for i, parameter in enumerate(parameters):
+            name, equals, value = parameter.partition("=")
+            values = (unquote(value), unquote_plus(value))
+            if equals and (
+                unquote_plus(name).strip().lower() in _SECRET_PARAMETERS
+                or any(secret in decoded for decoded in values for secret in self._secrets)
+            ):
+                parameters[i] = f"{name}={REDACTED}"
+        return "?" + "&".join(parameters)
 
 
 class SessionFilter(logging.Filter):

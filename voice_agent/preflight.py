@@ -59,6 +59,8 @@ def problems(settings: Settings) -> list[str]:
         "max_audio_rate",
         "max_messages_per_s",
         "max_bytes_per_s",
+        "max_connections_per_s",
+        "first_turn_timeout_s",
         "output_lead_ms",
         "tts_phrase_cache",
         "history_turns",

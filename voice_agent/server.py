@@ -12,7 +12,9 @@ limits, or during a shutdown are refused with close code 1013 (try again
 later). A handshake from a browser origin not allowed gets HTTP 403, one
 without the auth token HTTP 401 (see ``docs/operations.md``). With an auth
 token, the telephony streams take only the telephony token (phone networks
-cannot send ours), and are closed without one.
+cannot send ours), and are closed without one. A request naming a host this
+server is not gets HTTP 403 (``host_check.py``), and a client address over its
+handshake rate HTTP 429.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from typing import TYPE_CHECKING
 from urllib.parse import parse_qsl
 
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Mount, Route, WebSocketRoute
@@ -35,12 +38,13 @@ from starlette.staticfiles import StaticFiles
 from starlette.websockets import WebSocket
 
 from . import log as logs
-from .access import UNAUTHORIZED, AccessPolicy
+from .access import FORBIDDEN_HOST, UNAUTHORIZED, AccessPolicy, HostPolicy
 from .close_codes import CloseCode
 from .config import Settings
 from .connection import Codec, close_within, run_session
 from .engines import Engines, load_engines
-from .limits import Refused, SessionRegistry
+from .host_check import HostCheck
+from .limits import AddressBudgets, Refused, SessionRegistry
 from .metrics import CONTENT_TYPE, ServerMetrics
 from .protocols.events import InputEvent
 from .protocols.native import NativeProtocol
@@ -56,6 +60,7 @@ log = logging.getLogger(__name__)
 
 WEB_DIR = Path(__file__).resolve().parent / "web"  # package data: a wheel ships it (pyproject.toml)
 MAX_WEBHOOK_BYTES = 64 * 1024
+TOO_MANY_CONNECTIONS = "too_many_connections"
 
 
 class Runtime:
@@ -70,6 +75,8 @@ class Runtime:
         self.sessions = SessionRegistry(settings.max_sessions, settings.max_sessions_per_client)
         self.metrics = ServerMetrics()
         self.access = AccessPolicy(settings.auth_token, settings.allowed_origins)
+        self.addresses = AddressBudgets(settings)
+        self.hosts = HostPolicy((settings.host, bare_host(settings.public_host), *settings.allowed_hosts))
         self.load_failed = False
         # Called when the models cannot load: a server that can never be ready should exit, so that
         # an orchestrator restarts it rather than wait on it forever.
@@ -164,6 +171,20 @@ def create_app(
         await websocket.send_denial_response(response)
         return False
 
+    async def within_handshake_rate(websocket: WebSocket) -> bool:
+        """Refuse, with HTTP 429, a handshake past its client address's rate (``--max-connections-per-s``).
+
+        Asked after the access checks: a handshake they refuse costs no session, and is not counted.
+        """
+        address = websocket.client.host if websocket.client else ""
+        if runtime.addresses.admit_handshake(address):
+            return True
+        runtime.metrics.refused.labels(TOO_MANY_CONNECTIONS).inc()
+        log.warning("refused a WebSocket from %s: too many connections from this address", websocket.client)
+        response = PlainTextResponse("too many connections from this address", 429, headers={"Retry-After": "1"})
+        await websocket.send_denial_response(response)
+        return False
+
     async def serve(
         websocket: WebSocket, codec: Codec, per_address: bool = True, opening: Sequence[InputEvent] = ()
     ) -> None:
@@ -195,10 +216,11 @@ def create_app(
                 opening,
                 agent=runtime.agent,
                 agent_voice=runtime.agent_voice,
+                byte_budget=runtime.addresses.bytes_of(address) if address is not None else None,
             )
 
     async def native(websocket: WebSocket) -> None:
-        if not await allowed(websocket, check_token=True):
+        if not await allowed(websocket, check_token=True) or not await within_handshake_rate(websocket):
             return
         logs.start_session()  # after the handshake checks: refused ones log outside sessions, rate-limited
         await websocket.accept()
@@ -206,7 +228,7 @@ def create_app(
 
     async def realtime(websocket: WebSocket) -> None:
         """The OpenAI Realtime protocol; ``?model=`` is reported back whatever it names, ``?metrics=1`` adds ours."""
-        if not await allowed(websocket, check_token=True):
+        if not await allowed(websocket, check_token=True) or not await within_handshake_rate(websocket):
             return
         logs.start_session()  # after the handshake checks, as for /ws
         await websocket.accept()
@@ -306,6 +328,9 @@ def create_app(
     ]
     if WEB_DIR.is_dir():
         routes.append(Mount("/", StaticFiles(directory=WEB_DIR, html=True)))
-    app = Starlette(routes=routes, lifespan=lifespan)
+    host_check = Middleware(
+        HostCheck, policy=runtime.hosts, on_refusal=lambda: runtime.metrics.refused.labels(FORBIDDEN_HOST).inc()
+    )
+    app = Starlette(routes=routes, lifespan=lifespan, middleware=[host_check])
     app.state.runtime = runtime
     return app

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from .config import DEFAULT_SYSTEM_PROMPT, Settings
+from .dial_targets import checked_transfer_target
 from .tools import Tool, as_tool
 
 log = logging.getLogger(__name__)
@@ -61,8 +62,11 @@ class CallContext:
         self.action = CallAction("end", reason=reason)
 
     def transfer_call(self, to: str) -> None:
-        """Hand the call over to ``to`` once the sentence being spoken is finished."""
-        self.action = CallAction("transfer", to=to)
+        """Hand the call over to ``to`` (an E.164 number or a SIP URI) once the sentence being spoken is finished.
+
+        Any other target raises :class:`~voice_agent.dial_targets.InvalidTransferTarget`: a tool that
+        passes on what a caller said gets that error, and nothing is dialled."""
+        self.action = CallAction("transfer", to=checked_transfer_target(to))
 
 
 @dataclass

@@ -51,6 +51,10 @@ async def prepare_agent(agent: Agent, engines: Engines, settings: Settings) -> T
     return voice
 
 
+class UnverifiedCall(Exception):
+    pass
+
+
 class AgentTurn:
     """The LLM of one answer: waits for the start hook, asks with this session's instructions, runs the tools."""
 
@@ -120,6 +124,8 @@ class AgentSession:
         self._action: asyncio.Task | None = None
         self._hooks: set[asyncio.Task] = set()  # hooks running in the background, referenced until done
         self._end_reason = "the client hung up, or a limit or shutdown closed it"
+        # Twilio's REST API acts only on a call the stream was issued for (call_tokens.py), never on a claimed one.
+        self._call_verified = False
 
     def recorded(self, emit: Callable[[OutputEvent], None]) -> Callable[[OutputEvent], None]:
         """``emit``, with every event shown to this session's recorder first."""
@@ -138,6 +144,7 @@ class AgentSession:
             return
         call_id = options.get("call_id") if isinstance(options.get("call_id"), str) else None
         self.recorder.call_id = call_id
+        self._call_verified = options.get("call_verified") is True
         # The call's custom parameters (the other fields of a native start) beside the screened options:
         # a prompt or greeting among them stays there, refused, unless the start hook takes it.
         parameters = options.get("custom_parameters")
@@ -214,15 +221,23 @@ class AgentSession:
         task.add_done_callback(self._hooks.discard)
 
     async def _carry_out(self, action: CallAction, context: CallContext) -> None:
-        """End or transfer the call, now that the answer that announced it has been spoken."""
-        call_sid = context.call_id if self.protocol == "twilio" else None
+        """End or transfer the call, now that the answer that announced it has been spoken.
+
+        On a Twilio stream whose call is not verified, ending closes the stream (which ends a call that
+        ``<Connect>`` bridged) and a transfer cannot be made."""
+        call_sid = context.call_id if self.protocol == "twilio" and self._call_verified else None
         try:
+            if self.protocol == "twilio" and not call_sid and action.kind == "transfer":
+                raise UnverifiedCall("a transfer needs a call answered through POST /twilio/voice")
             if call_sid:
                 calls = TwilioCalls(self.settings.twilio_api_url)
                 if action.kind == "end":
                     await calls.hang_up(call_sid)
                 else:
                     await calls.transfer(call_sid, action.to)
+        except UnverifiedCall as exc:
+            log.warning("session %s: %s", self.session_id, exc)
+            self._emit(Error("call_control_failed", f"{action.kind} failed: {exc}"))
         except Exception as exc:
             log.exception("session %s: Twilio call control failed", self.session_id)
             self._emit(Error("call_control_failed", f"{action.kind} failed: {type(exc).__name__}"))

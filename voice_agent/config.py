@@ -401,6 +401,12 @@ class Settings:
         "(reason 'too many sessions from this address'). Behind a proxy, see docs/operations.md. 0 means no limit.",
         "limits",
     )
+    max_sessions_per_telephony_token: int = _opt(
+        0,
+        "Concurrent telephony streams (/twilio, /telnyx) carrying one telephony token, so that phone calls "
+        "cannot take every slot; further streams are closed with 1013. 0 means only --max-sessions applies.",
+        "limits",
+    )
 
     # Access control (see docs/operations.md)
     auth_token: str = _opt(

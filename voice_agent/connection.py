@@ -28,7 +28,16 @@ from .engines import Engines
 from .limits import ClientLimits, Deadlines, Slot
 from .metrics import ServerMetrics
 from .printable import printable
-from .protocols.events import AudioReceived, CallEnded, Error, InputEvent, OutputEvent, TextReceived, Transcript
+from .protocols.events import (
+    AudioReceived,
+    CallEnded,
+    Error,
+    InputEvent,
+    OutputEvent,
+    StreamRefused,
+    TextReceived,
+    Transcript,
+)
 from .session import Session
 
 if TYPE_CHECKING:  # imported when a session serves an agent: the plain server loads none of it
@@ -205,6 +214,9 @@ def _receive_message(message: dict, codec: Codec, session: Session, limits: Clie
         raise Closing(CloseCode.POLICY_VIOLATION, "too much data")
     events = codec.receive_bytes(data) if data is not None else codec.receive_text(text)
     for event in events:
+        if isinstance(event, StreamRefused):
+            log.warning("session %s: stream refused: %s", session.id, event.reason)
+            raise Closing(CloseCode.POLICY_VIOLATION, event.reason)
         if isinstance(event, AudioReceived):
             limits.deadlines.touch()  # audio and text keep a session alive; marks and garbage do not
             if not limits.admit_audio(len(event.samples) / session.sample_rate):

@@ -48,7 +48,7 @@ class CallContext:
     """One session as the agent sees it. Hooks and tools may read and change it."""
 
     session_id: str
-    protocol: str  # "ws", "twilio" or "telnyx"
+    protocol: str  # "ws", "realtime", "twilio" or "telnyx"
     options: dict[str, Any]  # the client's start options; on a phone call, its custom parameters
     instructions: str
     greeting: str

@@ -26,12 +26,13 @@ from .llm.base import LLMBackend, Message, supports_tools
 from .phrase_cache import PhraseCache, spoken_chunks
 from .protocols.client_options import PROMPT_OPTIONS
 from .protocols.events import CallEnded, CallTransferred, Error, OutputEvent
-from .session_report import SessionRecorder, SessionReport, deliver
+from .session_report import Retention, SessionRecorder, SessionReport, deliver
 from .tool_loop import ToolLedger, ToolLoop
 
 log = logging.getLogger(__name__)
 
-CLOSE_WAIT_S = 15.0  # how long a closing session waits for tool calls still running, to record their results
+CLOSE_WAIT_S = 15.0
+MIB = 1024 * 1024  # how long a closing session waits for tool calls still running, to record their results
 
 
 async def prepare_agent(agent: Agent, engines: Engines, settings: Settings) -> TTSBackend | None:
@@ -117,8 +118,12 @@ class AgentSession:
         self.tools_enabled = supports_tools(llm)
         self.context: CallContext | None = None
         self._start: asyncio.Task[CallContext] | None = None
-        self.recorder = SessionRecorder(session_id, record=settings.record)
-        self.recorder.protocol = protocol
+        self.recorder = SessionRecorder(
+            session_id,
+            protocol,
+            recording_dir=settings.session_report_dir if settings.record else "",
+            max_recording_bytes=round(settings.record_max_mb * MIB),
+        )
         self.ledger = ToolLedger(None, settings.tool_timeout_s, self.recorder.tool_call)
         self._turns: dict[int, AgentTurn] = {}
         self._action: asyncio.Task | None = None
@@ -260,8 +265,14 @@ class AgentSession:
         if self._action is not None:
             await asyncio.gather(self._action, return_exceptions=True)
         await asyncio.gather(*self._hooks, return_exceptions=True)
-        report = await asyncio.to_thread(self.recorder.report, self._end_reason)
-        deliver(report, self.settings.session_report_dir, self.settings.session_report_url)
+        report = self.recorder.finish(self._end_reason)
+        if report.empty:
+            log.debug("session %s: nothing was said or answered; no report", self.session_id)
+        else:
+            retention = Retention(
+                self.settings.session_report_max_files, round(self.settings.session_report_max_mb * MIB)
+            )
+            deliver(report, self.settings.session_report_dir, self.settings.session_report_url, retention)
         context = self.context or self.agent.context(self.session_id, self.protocol, {}, None)
         await call_hook(self.agent.on_session_end, context, report)
         return report

@@ -482,8 +482,23 @@ class Settings:
     )
     record: bool = _opt(
         False,
-        "Keep a stereo recording of each session (user left, agent right) for its report; it is held in "
-        "memory until the session ends (about 115 MB an hour at 16 kHz).",
+        "Record each session in stereo (user left, agent right) at its own sample rate, as "
+        "DIR/SESSION_ID.wav beside its report (needs --session-report-dir); written as it goes.",
+        "agent",
+    )
+    record_max_mb: float = _opt(
+        200.0,
+        "Largest recording of one session, in MiB (16 kHz: about 58 MiB an hour); it stops there. 0 means no cap.",
+        "agent",
+    )
+    session_report_max_files: int = _opt(
+        10000,
+        "Files (JSON and WAV) the report directory may hold; past it the oldest reports are deleted. 0 means no limit.",
+        "agent",
+    )
+    session_report_max_mb: float = _opt(
+        2048.0,
+        "MiB the report directory's reports may take; past it the oldest are deleted. 0 means no limit.",
         "agent",
     )
 

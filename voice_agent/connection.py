@@ -62,6 +62,9 @@ _DEADLINE_CLOSE = {
 
 
 class Codec(Protocol):
+    @property
+    def name(self) -> str: ...  # "ws", "realtime", "twilio", "telnyx": the session report's protocol
+
     def receive_bytes(self, data: bytes) -> list[InputEvent]: ...
 
     def receive_text(self, text: str) -> list[InputEvent]: ...
@@ -133,10 +136,8 @@ async def run_session(
     if agent is not None:
         from .agent_session import AgentSession
 
-        dialect = getattr(codec, "dialect", None)
-        protocol = dialect.name if dialect is not None else "ws"
         agent_session = AgentSession(
-            agent, settings, session_id, emit, engines.llm, protocol, tts=agent_voice or engines.tts
+            agent, settings, session_id, emit, engines.llm, codec.name, tts=agent_voice or engines.tts
         )
     session = Session(engines, settings, emit, session_id, agent=agent_session)
     for event in opening:

@@ -120,6 +120,8 @@ class Runtime:
             log.warning("/twilio and /telnyx are closed: --auth-token is set and --telephony-token is not")
         if not self.telephony_webhook_open:
             log.warning("POST /twilio/voice is closed: set --twilio-auth-token so that only Twilio gets the stream URL")
+        if self.settings.record and not self.settings.session_report_dir:
+            log.warning("--record records nothing without --session-report-dir, where recordings are written")
         if self.access.has_token and not self.settings.public_metrics:
             log.info("/metrics asks for the auth token (--public-metrics opens it)")
 

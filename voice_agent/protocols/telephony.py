@@ -137,6 +137,11 @@ class MediaStreamsProtocol:
         self.call_id: str | None = None
         self._last_sequence = 0
 
+    @property
+    def name(self) -> str:
+        """What session reports and agents call this protocol: the bridge's."""
+        return self.dialect.name
+
     # Bridge to server.
 
     def receive_bytes(self, data: bytes) -> list[InputEvent]:

@@ -22,6 +22,7 @@ def test_a_token_names_its_call_and_opens_one_stream():
     assert looks_like_call_token(token) and token.startswith(CALL + ".")
     assert tokens.redeem(token) == CALL
     assert tokens.redeem(token) is None  # the same URL a second time
+    assert tokens.redeem(tokens.issue(CALL)) == CALL  # the call back at the webhook: a new token, a new stream
 
 
 def test_another_gateway_with_the_same_secret_accepts_it_and_one_without_does_not():
@@ -36,11 +37,12 @@ def test_a_forged_or_edited_token_is_refused():
     clock = Clock()
     tokens = CallTokens("shared-secret", clock)
     token = tokens.issue(CALL)
-    sid, expires, mac = token.split(".")
-    assert tokens.redeem(f"{OTHER}.{expires}.{mac}") is None  # the MAC of one call for another
-    assert tokens.redeem(f"{sid}.{int(expires) + 1000}.{mac}") is None  # a later expiry
-    assert tokens.redeem(f"{sid}.{expires}.{'0' * 32}") is None
-    for garbage in ("", "CA1.1.1", token + "x", token.upper(), f"{sid}/../x.{expires}.{mac}"):
+    sid, expires, nonce, mac = token.split(".")
+    assert tokens.redeem(f"{OTHER}.{expires}.{nonce}.{mac}") is None  # the MAC of one call for another
+    assert tokens.redeem(f"{sid}.{int(expires) + 1000}.{nonce}.{mac}") is None  # a later expiry
+    assert tokens.redeem(f"{sid}.{expires}.{'0' * 16}.{mac}") is None  # another nonce
+    assert tokens.redeem(f"{sid}.{expires}.{nonce}.{'0' * 32}") is None
+    for garbage in ("", "CA1.1.1.1", token + "x", token.upper(), f"{sid}/../x.{expires}.{nonce}.{mac}"):
         assert tokens.redeem(garbage) is None
     assert tokens.redeem(token) == CALL  # the real one still works
 

@@ -63,7 +63,9 @@ def local_stream_url(base_url: str, call_sid: str) -> str:
     status, twiml = post_voice_webhook(base_url, params, f"https://{PUBLIC_HOST}/twilio/voice")
     assert status == 200, twiml
     url = ET.fromstring(twiml).find("./Connect/Stream").get("url")
-    assert re.fullmatch(rf"wss://{PUBLIC_HOST}/twilio/{TOKEN}/{call_sid}\.[0-9]+\.[0-9a-f]{{32}}", url), url
+    assert re.fullmatch(
+        rf"wss://{PUBLIC_HOST}/twilio/{TOKEN}/{call_sid}\.[0-9]+\.[0-9a-f]{{16}}\.[0-9a-f]{{32}}", url
+    ), url
     return url.replace(f"wss://{PUBLIC_HOST}", base_url.replace("http://", "ws://"))
 
 
@@ -159,7 +161,7 @@ def test_voice_webhook_needs_a_valid_signature(phone_server):
     assert status == 200
     assert re.fullmatch(
         rf'<\?xml version="1.0" encoding="UTF-8"\?><Response><Connect><Stream url="wss://{PUBLIC_HOST}/twilio/{TOKEN}/'
-        rf'{params["CallSid"]}\.[0-9]+\.[0-9a-f]{{32}}"/></Connect></Response>',
+        rf'{params["CallSid"]}\.[0-9]+\.[0-9a-f]{{16}}\.[0-9a-f]{{32}}"/></Connect></Response>',
         twiml,
     )
 
@@ -183,8 +185,8 @@ async def test_a_stream_is_tied_to_the_call_the_webhook_answered(phone_server):
     # The URL's call token opens one stream only, and an edited one none.
     url = local_stream_url(phone_server, other)
     base, _, call_token = url.rpartition("/")
-    sid, expires, mac = call_token.split(".")
-    for forged in (f"{base}/{call}.{expires}.{mac}", f"{base}/{sid}.{int(expires) + 60}.{mac}"):
+    sid, expires, nonce, mac = call_token.split(".")
+    for forged in (f"{base}/{call}.{expires}.{nonce}.{mac}", f"{base}/{sid}.{int(expires) + 60}.{nonce}.{mac}"):
         with pytest.raises(websockets.InvalidStatus) as refused:
             await websockets.connect(forged)
         assert refused.value.response.status_code == 403

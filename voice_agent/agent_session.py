@@ -31,8 +31,8 @@ from .tool_loop import ToolLedger, ToolLoop
 
 log = logging.getLogger(__name__)
 
-CLOSE_WAIT_S = 15.0
-MIB = 1024 * 1024  # how long a closing session waits for tool calls still running, to record their results
+CLOSE_WAIT_S = 15.0  # how long a closing session waits for tool calls still running, to record their results
+MIB = 1024 * 1024
 
 
 async def prepare_agent(agent: Agent, engines: Engines, settings: Settings) -> TTSBackend | None:

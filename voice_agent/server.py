@@ -288,11 +288,11 @@ def create_app(
             if len(body) > MAX_WEBHOOK_BYTES:
                 return PlainTextResponse("request body too large", status_code=413)
         host = bare_host(settings.public_host) or request.headers.get("host", "")
+        params = parse_qsl(body.decode("utf-8", "replace"), keep_blank_values=True)
         if settings.twilio_auth_token:
             # Twilio signs the URL it was configured with; behind a proxy only the public host matches it.
             scheme = "https" if settings.public_host else request.headers.get("x-forwarded-proto", request.url.scheme)
             url = f"{scheme}://{host}{request.url.path}" + (f"?{request.url.query}" if request.url.query else "")
-            params = parse_qsl(body.decode("utf-8", "replace"), keep_blank_values=True)
             if not is_valid_signature(
                 settings.twilio_auth_token, url, params, request.headers.get("x-twilio-signature", "")
             ):
@@ -300,8 +300,6 @@ def create_app(
                     "refused a Twilio webhook with a bad signature from %s (signed URL %s)", request.client, url
                 )
                 return PlainTextResponse("invalid X-Twilio-Signature", status_code=403)
-        else:
-            params = parse_qsl(body.decode("utf-8", "replace"), keep_blank_values=True)
         call_sid = dict(params).get("CallSid", "")
         if not is_call_sid(call_sid):
             return PlainTextResponse("CallSid must be CA and 32 hex digits", status_code=400)

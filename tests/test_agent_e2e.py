@@ -18,8 +18,10 @@ import os
 import sqlite3
 import time
 import wave
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
+import httpx
 import numpy as np
 import pytest
 
@@ -273,8 +275,13 @@ async def test_end_call_over_ws_says_goodbye_then_closes_1000(restaurant):
 
 
 async def test_end_call_on_twilio_hangs_up_through_the_rest_api(restaurant):
-    url = restaurant.ws_url.replace("/ws", "/twilio")
-    client = await TwilioClient.connect(url, parameters={"caller_name": "Ann"})
+    # The call is answered through the webhook, as Twilio does: only such a call is updated over REST.
+    call = "CA" + "7" * 32
+    webhook = restaurant.ws_url.replace("ws://", "http://").replace("/ws", "/twilio/voice")
+    async with httpx.AsyncClient() as http:
+        twiml = (await http.post(webhook, data={"CallSid": call})).text
+    url = ET.fromstring(twiml).find("./Connect/Stream").get("url").replace("wss://", "ws://")  # no TLS here
+    client = await TwilioClient.connect(url, parameters={"caller_name": "Ann"}, call_sid=call)
     try:
         await client.wait_for(lambda m: m.get("event") == "mark", 30)  # the greeting is being spoken
         await asyncio.sleep(2.5)  # let it finish

@@ -16,6 +16,7 @@ import contextlib
 import json
 import socket
 import time
+import uuid
 from collections.abc import Coroutine
 from typing import Any
 
@@ -694,3 +695,171 @@ async def test_one_sessions_32_slow_tool_calls_neither_run_all_nor_delay_another
     assert sum(r.startswith("record ") for r in results) == 8
     assert sum("was not called: this answer already made 8 tool calls" in r for r in results) == FLOOD_CALLS - 8
     assert "tools" not in after
+
+
+# Phone calls and session reports (issue 36): a server with an agent that ends calls, a fake Twilio REST
+# API, the telephony token and reports with recordings.
+
+PHONE_TOKEN = "attack-phone-5c2e81f0"
+TWILIO_AUTH = "attack-twilio-auth"
+ACCOUNT = "AC" + "1" * 32
+OTHER_ACCOUNT = "AC" + "9" * 32
+INJECTED_SID = f"CA1/../../../{OTHER_ACCOUNT}/Calls/CA{'f' * 32}.json?x="
+
+
+def hangs_up_on_a_key_press(body: dict) -> list:
+    from tests.chat_server import Call, last_tool_results, last_user_text
+
+    if any("call ends" in result for result in last_tool_results(body)):
+        return ["Goodbye."]
+    if "pressed" in last_user_text(body):
+        return ["Thank you. ", Call("end_call", {"reason": "the caller pressed a key"})]
+    return ["Hello there."]
+
+
+@pytest.fixture(scope="module")
+def phone_target(tmp_path_factory):
+    from tests.chat_server import ChatServer
+    from tests.twilio_rest import TwilioRestServer
+
+    tmp = tmp_path_factory.mktemp("phone-attacks")
+    with ChatServer(hangs_up_on_a_key_press) as chat, TwilioRestServer() as twilio:
+        process, base_url, log_file = start_server(
+            *("--agent", "examples/restaurant/agent.py:agent", "--llm", "openai", "--llm-url", chat.url),
+            *("--twilio-api-url", twilio.url, "--telephony-token", PHONE_TOKEN),
+            *("--session-report-dir", str(tmp / "reports"), "--record"),
+            env={
+                "VOICE_AGENT_AUTH_TOKEN": TOKEN,
+                "VOICE_AGENT_TWILIO_AUTH_TOKEN": TWILIO_AUTH,
+                "TWILIO_ACCOUNT_SID": ACCOUNT,
+                "TWILIO_AUTH_TOKEN": "rest-secret",
+                "RESTAURANT_DB": str(tmp / "restaurant.db"),
+            },
+        )
+        try:
+            yield base_url, twilio, tmp / "reports"
+        finally:
+            stop_server(process, log_file)
+
+
+async def answered_call_url(base_url: str, call_sid: str) -> str:
+    """What Twilio does when a call comes in: a signed webhook request, then the stream URL from the TwiML."""
+    import xml.etree.ElementTree as ET
+
+    from voice_agent.twiml import signature
+
+    params = {"CallSid": call_sid, "AccountSid": ACCOUNT}
+    signed = signature(TWILIO_AUTH, f"{base_url}/twilio/voice", params.items())
+    async with httpx.AsyncClient() as http:
+        response = await http.post(f"{base_url}/twilio/voice", data=params, headers={"X-Twilio-Signature": signed})
+    assert response.status_code == 200, response.text
+    url = ET.fromstring(response.text).find("./Connect/Stream").get("url")
+    return url.replace("wss://", "ws://")  # no TLS in the test
+
+
+async def press_a_key_until_closed(url: str, call_sid: str):
+    """A call that presses 1 once the greeting was heard, and waits for the server to end the stream."""
+    from tests.twilioclient import TwilioClient
+
+    client = await TwilioClient.connect(url, call_sid=call_sid)
+    line = asyncio.create_task(client.stream(silence(60.0, 8000)))  # a phone line never goes quiet
+    try:
+        deadline = time.monotonic() + 30
+        while not client.of("mark") and not client._reader.done() and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)  # the greeting is being spoken, or the stream was refused
+        if not client._reader.done():
+            await asyncio.sleep(2.0)
+            with contextlib.suppress(websockets.ConnectionClosed):
+                await client.ws.send(client.caller.dtmf("1"))
+        await asyncio.wait_for(asyncio.shield(client._reader), 60)
+    finally:
+        line.cancel()
+        await asyncio.gather(line, return_exceptions=True)
+        await client.close()
+    return client.ws.close_code, client.ws.close_reason
+
+
+async def test_a_stream_cannot_steer_call_control_to_another_call(phone_target):
+    base_url, twilio, _ = phone_target
+    streams = f"{ws_base(base_url)}/twilio/{PHONE_TOKEN}"
+    # The path injection: the callSid is refused outright, before anything can use it.
+    code, reason = await press_a_key_until_closed(streams, INJECTED_SID)
+    assert (code, reason) == (1008, "start needs a callSid of the form CA[0-9a-f]{32}")
+    # A well-formed SID the stream only claims (another call of this account): the key press ends this
+    # stream, and no REST request is made for the claimed call.
+    code, _ = await press_a_key_until_closed(streams, "CA" + "e" * 32)
+    assert code == 1000
+    # A stream the webhook issued for one call cannot start as another.
+    victim, ours = "CA" + uuid.uuid4().hex, "CA" + uuid.uuid4().hex
+    code, reason = await press_a_key_until_closed(await answered_call_url(base_url, ours), victim)
+    assert (code, reason) == (1008, "callSid is not the call this stream was issued for")
+    # A forged or replayed call token is refused at the handshake.
+    url = await answered_call_url(base_url, ours)
+    prefix, _, call_token = url.rpartition("/")
+    _, expires, nonce, mac = call_token.split(".")
+    assert await refused_status(f"{prefix}/{victim}.{expires}.{nonce}.{mac}") == 403
+    assert not twilio.requests
+    # The call the webhook answered is the one, and the only one, that is hung up through the REST API.
+    code, _ = await press_a_key_until_closed(url, ours)
+    assert code == 1000
+    assert await refused_status(url) == 403  # its URL opens no second stream
+    assert [(r["path"], r["form"]) for r in twilio.requests] == [
+        (f"/2010-04-01/Accounts/{ACCOUNT}/Calls/{ours}.json", {"Status": "completed"})
+    ]
+
+
+async def test_phone_streams_count_towards_the_address_limit(phone_target):
+    from tests.twilioclient import TwilioClient
+
+    base_url, _, _ = phone_target
+    streams = f"{ws_base(base_url)}/twilio/{PHONE_TOKEN}"
+    calls = []
+    try:
+        for i in range(PER_ADDRESS):
+            calls.append(await TwilioClient.connect(streams, call_sid=f"CA{i:032x}"))
+        async with websockets.connect(streams, open_timeout=10) as extra:
+            with pytest.raises(websockets.ConnectionClosed):
+                await asyncio.wait_for(extra.recv(), 10)
+        assert (extra.close_code, extra.close_reason) == (1013, "too many sessions from this address")
+        await asyncio.sleep(0.5)
+        assert all(call.ws.close_code is None for call in calls)
+    finally:
+        for call in calls:
+            await call.close()
+
+
+async def test_connect_and_hang_up_sessions_leave_no_report_files(phone_target):
+    from tests.twilioclient import TwilioClient
+
+    base_url, _, reports = phone_target
+    await asyncio.sleep(3.0)  # the reports of earlier calls are written in the background
+
+    def files() -> set[str]:
+        return {p.name for p in reports.iterdir() if not p.name.endswith(".partial")} if reports.exists() else set()
+
+    before = files()
+    for _ in range(12):
+        with contextlib.suppress(websockets.ConnectionClosed):  # 1013 while the address's slots are still closing
+            async with await connect(base_url) as ws:
+                await ws.send(json.dumps({"type": "start", "sample_rate": 16000}))
+                await ws.send(np.zeros(3200, "<i2").tobytes())
+        await asyncio.sleep(0.25)
+    for i in range(5):
+        call = await TwilioClient.connect(f"{ws_base(base_url)}/twilio/{PHONE_TOKEN}", call_sid=f"CA{i + 100:032x}")
+        await call.stream(silence(0.5, 8000))
+        await call.close()
+    await asyncio.sleep(3.0)  # reports are written in the background
+    assert files() == before
+    # A session in which something was said still gets its report and recording, readable only by the server.
+    async with await connect(base_url) as ws:
+        await ws.send(json.dumps({"type": "start", "sample_rate": 16000}))
+        await ws.send(np.zeros(16000, "<i2").tobytes())
+        await ws.send(json.dumps({"type": "text", "text": "Hello?"}))
+        await messages_until(ws, lambda m: is_agent_final(m) and m["text"] == "Hello there.", 30)
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and not {n for n in files() - before if n.endswith(".json")}:
+        await asyncio.sleep(0.2)
+    [name] = {n for n in files() - before if n.endswith(".json")}
+    report = reports / name
+    assert json.loads(report.read_text())["recording"] == report.stem + ".wav"
+    assert {oct(p.stat().st_mode & 0o777) for p in reports.iterdir()} == {"0o600"}

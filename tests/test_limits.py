@@ -207,6 +207,24 @@ def test_sessions_from_one_address_are_limited_beside_the_global_maximum():
     assert refused.value.kind == "full" and len(calls) == 4
 
 
+def test_telephony_streams_count_per_address_and_per_token():
+    registry = SessionRegistry(maximum=10, per_address=2, per_token=3)
+    a = [registry.open("10.0.0.1", "t1"), registry.open("10.0.0.1", "t1")]
+    with pytest.raises(Refused) as refused:
+        registry.open("10.0.0.1", "t1")  # the address's limit holds for phone streams too
+    assert refused.value.kind == "address_full"
+    b = registry.open(None, "t1")  # a call Twilio signed for: its token counts, not its address
+    with pytest.raises(Refused) as refused:
+        registry.open("10.0.0.2", "t1")
+    assert refused.value.kind == "token_full"
+    other = registry.open("10.0.0.2", "t2")  # another token has its own share
+    b.release()
+    registry.open("10.0.0.2", "t1").release()
+    for slot in [*a, other]:
+        slot.release()
+    assert registry.active == 0 and not registry._by_token and not registry._by_address
+
+
 class FakeSession:
     def __init__(self, registry: SessionRegistry, answering_for: float = 0.0):
         self.slot = registry.open()

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from .config import DEFAULT_SYSTEM_PROMPT, Settings
+from .dial_targets import checked_transfer_target
 from .log import log_exception
 from .tools import Tool, as_tool
 
@@ -56,7 +57,7 @@ class CallContext:
     """One session as the agent sees it. Hooks and tools may read and change it."""
 
     session_id: str
-    protocol: str  # "ws", "twilio" or "telnyx"
+    protocol: str  # "ws", "realtime", "twilio" or "telnyx"
     options: dict[str, Any]  # the client's start options; on a phone call, its custom parameters
     instructions: str
     greeting: str
@@ -70,8 +71,11 @@ class CallContext:
         self.action = CallAction("end", reason=reason)
 
     def transfer_call(self, to: str) -> None:
-        """Hand the call over to ``to`` once the sentence being spoken is finished."""
-        self.action = CallAction("transfer", to=to)
+        """Hand the call over to ``to`` (an E.164 number or a SIP URI) once the sentence being spoken is finished.
+
+        Any other target raises :class:`~voice_agent.dial_targets.InvalidTransferTarget`: a tool that
+        passes on what a caller said gets that error, and nothing is dialled."""
+        self.action = CallAction("transfer", to=checked_transfer_target(to))
 
 
 @dataclass

@@ -28,12 +28,13 @@ from .log import log_exception
 from .phrase_cache import PhraseCache, spoken_chunks
 from .protocols.client_options import PROMPT_OPTIONS
 from .protocols.events import CallEnded, CallTransferred, Error, OutputEvent
-from .session_report import SessionRecorder, SessionReport, deliver
+from .session_report import Retention, SessionRecorder, SessionReport, deliver
 from .tool_loop import ToolLedger, ToolLoop
 
 log = logging.getLogger(__name__)
 
 CLOSE_WAIT_S = 15.0  # how long a closing session waits for tool calls still running, to record their results
+MIB = 1024 * 1024
 
 
 async def prepare_agent(agent: Agent, engines: Engines, settings: Settings) -> TTSBackend | None:
@@ -51,6 +52,10 @@ async def prepare_agent(agent: Agent, engines: Engines, settings: Settings) -> T
     voice = PhraseCache(engines.tts)
     await voice.pin(spoken_chunks(agent.fillers, settings.first_chunk_min_words, settings.first_chunk_phrase_breaks))
     return voice
+
+
+class UnverifiedCall(Exception):
+    pass
 
 
 class AgentTurn:
@@ -118,13 +123,19 @@ class AgentSession:
         self._hook_timeout_s = settings.agent_hook_timeout_s if settings.agent_hook_timeout_s > 0 else None
         self.context: CallContext | None = None
         self._start: asyncio.Task[CallContext] | None = None
-        self.recorder = SessionRecorder(session_id, record=settings.record)
-        self.recorder.protocol = protocol
+        self.recorder = SessionRecorder(
+            session_id,
+            protocol,
+            recording_dir=settings.session_report_dir if settings.record else "",
+            max_recording_bytes=round(settings.record_max_mb * MIB),
+        )
         self.ledger = self._ledger(None)
         self._turns: dict[int, AgentTurn] = {}
         self._action: asyncio.Task | None = None
         self._hooks: set[asyncio.Task] = set()  # hooks running in the background, referenced until done
         self._end_reason = "the client hung up, or a limit or shutdown closed it"
+        # Twilio's REST API acts only on a call the stream was issued for (call_tokens.py), never on a claimed one.
+        self._call_verified = False
 
     def recorded(self, emit: Callable[[OutputEvent], None]) -> Callable[[OutputEvent], None]:
         """``emit``, with every event shown to this session's recorder first."""
@@ -143,6 +154,7 @@ class AgentSession:
             return
         call_id = options.get("call_id") if isinstance(options.get("call_id"), str) else None
         self.recorder.call_id = call_id
+        self._call_verified = options.get("call_verified") is True
         # The call's custom parameters (the other fields of a native start) beside the screened options:
         # a prompt or greeting among them stays there, refused, unless the start hook takes it.
         parameters = options.get("custom_parameters")
@@ -238,15 +250,23 @@ class AgentSession:
         task.add_done_callback(self._hooks.discard)
 
     async def _carry_out(self, action: CallAction, context: CallContext) -> None:
-        """End or transfer the call, now that the answer that announced it has been spoken."""
-        call_sid = context.call_id if self.protocol == "twilio" else None
+        """End or transfer the call, now that the answer that announced it has been spoken.
+
+        On a Twilio stream whose call is not verified, ending closes the stream (which ends a call that
+        ``<Connect>`` bridged) and a transfer cannot be made."""
+        call_sid = context.call_id if self.protocol == "twilio" and self._call_verified else None
         try:
+            if self.protocol == "twilio" and not call_sid and action.kind == "transfer":
+                raise UnverifiedCall("a transfer needs a call answered through POST /twilio/voice")
             if call_sid:
                 calls = TwilioCalls(self.settings.twilio_api_url)
                 if action.kind == "end":
                     await calls.hang_up(call_sid)
                 else:
                     await calls.transfer(call_sid, action.to)
+        except UnverifiedCall as exc:
+            log.warning("session %s: %s", self.session_id, exc)
+            self._emit(Error("call_control_failed", f"{action.kind} failed: {exc}"))
         except Exception:
             log_exception(log, "session %s: Twilio call control failed", self.session_id)
             self._emit(Error("call_control_failed", f"{action.kind} failed on the server"))
@@ -269,8 +289,14 @@ class AgentSession:
         if self._action is not None:
             await asyncio.gather(self._action, return_exceptions=True)
         await asyncio.gather(*self._hooks, return_exceptions=True)
-        report = await asyncio.to_thread(self.recorder.report, self._end_reason)
-        deliver(report, self.settings.session_report_dir, self.settings.session_report_url)
+        report = self.recorder.finish(self._end_reason)
+        if report.empty:
+            log.debug("session %s: nothing was said or answered; no report", self.session_id)
+        else:
+            retention = Retention(
+                self.settings.session_report_max_files, round(self.settings.session_report_max_mb * MIB)
+            )
+            deliver(report, self.settings.session_report_dir, self.settings.session_report_url, retention)
         context = self.context or self.agent.context(self.session_id, self.protocol, {}, None)
         await self._hook(self.agent.on_session_end, context, report)
         return report

@@ -418,6 +418,12 @@ class Settings:
         "(the agent's greeting does not count); --idle-timeout-s applies after the first turn. 0: only that.",
         "limits",
     )
+    max_sessions_per_telephony_token: int = _opt(
+        0,
+        "Concurrent telephony streams (/twilio, /telnyx) carrying one telephony token, so that phone calls "
+        "cannot take every slot; further streams are closed with 1013. 0 means only --max-sessions applies.",
+        "limits",
+    )
 
     # Access control (see docs/operations.md)
     auth_token: str = _opt(
@@ -522,8 +528,23 @@ class Settings:
     )
     record: bool = _opt(
         False,
-        "Keep a stereo recording of each session (user left, agent right) for its report; it is held in "
-        "memory until the session ends (about 115 MB an hour at 16 kHz).",
+        "Record each session in stereo (user left, agent right) at its own sample rate, as "
+        "DIR/SESSION_ID.wav beside its report (needs --session-report-dir); written as it goes.",
+        "agent",
+    )
+    record_max_mb: float = _opt(
+        200.0,
+        "Largest recording of one session, in MiB (16 kHz: about 58 MiB an hour); it stops there. 0 means no cap.",
+        "agent",
+    )
+    session_report_max_files: int = _opt(
+        10000,
+        "Files (JSON and WAV) the report directory may hold; past it the oldest reports are deleted. 0 means no limit.",
+        "agent",
+    )
+    session_report_max_mb: float = _opt(
+        2048.0,
+        "MiB the report directory's reports may take; past it the oldest are deleted. 0 means no limit.",
         "agent",
     )
 

@@ -37,6 +37,7 @@ from .protocols.events import (
     OutputEvent,
     ResponseEnded,
     SpeechStarted,
+    StreamRefused,
     TextReceived,
     Transcript,
     UserTextAdded,
@@ -65,6 +66,9 @@ _DEADLINE_CLOSE = {
 
 
 class Codec(Protocol):
+    @property
+    def name(self) -> str: ...  # "ws", "realtime", "twilio", "telnyx": the session report's protocol
+
     def receive_bytes(self, data: bytes) -> list[InputEvent]: ...
 
     def receive_text(self, text: str) -> list[InputEvent]: ...
@@ -145,10 +149,8 @@ async def run_session(
     if agent is not None:
         from .agent_session import AgentSession
 
-        dialect = getattr(codec, "dialect", None)
-        protocol = dialect.name if dialect is not None else "ws"
         agent_session = AgentSession(
-            agent, settings, session_id, emit, engines.llm, protocol, tts=agent_voice or engines.tts
+            agent, settings, session_id, emit, engines.llm, codec.name, tts=agent_voice or engines.tts
         )
     session = Session(engines, settings, emit, session_id, agent=agent_session)
     for event in opening:
@@ -227,6 +229,9 @@ def _receive_message(message: dict, codec: Codec, session: Session, limits: Clie
         raise Closing(CloseCode.POLICY_VIOLATION, "too much data")
     events = codec.receive_bytes(data) if data is not None else codec.receive_text(text)
     for event in events:
+        if isinstance(event, StreamRefused):
+            log.warning("session %s: stream refused: %s", session.id, event.reason)
+            raise Closing(CloseCode.POLICY_VIOLATION, event.reason)
         if isinstance(event, AudioReceived):
             if not limits.admit_audio(len(event.samples) / session.sample_rate):
                 if limits.report_drop:

@@ -177,9 +177,10 @@ class Refused(Exception):
 class Slot:
     """One admitted session, as the registry sees it."""
 
-    def __init__(self, registry: SessionRegistry | None = None, address: str | None = None):
+    def __init__(self, registry: SessionRegistry | None = None, address: str | None = None, token: str | None = None):
         self._registry = registry
         self.address = address
+        self.token = token
         self.answering: Callable[[], bool] = lambda: False  # set by the connection once its session exists
         self.close_requested = asyncio.Event()
         self.close_code = CloseCode.GOING_AWAY
@@ -208,31 +209,39 @@ class SessionRegistry:
     At most ``maximum`` sessions in all and ``per_address`` from one client
     address (0 is no limit for either), so one client cannot take every slot.
     A session opened without an address counts only towards ``maximum``.
+    Telephony streams also count towards ``per_token`` for the token they
+    carry (a digest of it, never the token itself).
     """
 
-    def __init__(self, maximum: int, per_address: int = 0, clock: Clock = time.monotonic):
+    def __init__(self, maximum: int, per_address: int = 0, clock: Clock = time.monotonic, per_token: int = 0):
         self.maximum = maximum
         self.per_address = per_address
+        self.per_token = per_token
         self.draining = False
         self._clock = clock
         self._slots: set[Slot] = set()
         self._by_address: dict[str | None, int] = {}
+        self._by_token: dict[str, int] = {}
 
     @property
     def active(self) -> int:
         return len(self._slots)
 
-    def open(self, address: str | None = None) -> Slot:
-        """Admit a session from ``address``, or raise :class:`Refused` with the reason to close it with."""
+    def open(self, address: str | None = None, token: str | None = None) -> Slot:
+        """Admit a session from ``address`` (carrying telephony ``token``), or raise :class:`Refused`."""
         if self.draining:
             raise Refused("shutting_down", "server is shutting down")
         if self.maximum > 0 and len(self._slots) >= self.maximum:
             raise Refused("full", "server is full")
         if address is not None and self.per_address > 0 and self._by_address.get(address, 0) >= self.per_address:
             raise Refused("address_full", "too many sessions from this address")
-        slot = Slot(self, address)
+        if token is not None and self.per_token > 0 and self._by_token.get(token, 0) >= self.per_token:
+            raise Refused("token_full", "too many telephony streams for this token")
+        slot = Slot(self, address, token)
         self._slots.add(slot)
         self._by_address[address] = self._by_address.get(address, 0) + 1
+        if token is not None:
+            self._by_token[token] = self._by_token.get(token, 0) + 1
         return slot
 
     def _release(self, slot: Slot) -> None:
@@ -244,6 +253,11 @@ class SessionRegistry:
             self._by_address[slot.address] = left
         else:
             del self._by_address[slot.address]
+        if slot.token is not None:
+            if left_for_token := self._by_token[slot.token] - 1:
+                self._by_token[slot.token] = left_for_token
+            else:
+                del self._by_token[slot.token]
 
     async def drain(self, grace_s: float, poll_s: float = 0.05, linger_s: float = 5.0) -> None:
         """Refuse new sessions; close each live one with 1001 once it is not answering, or when ``grace_s`` is up.

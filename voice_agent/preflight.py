@@ -54,6 +54,10 @@ def problems(settings: Settings) -> list[str]:
     for name in (
         "max_sessions",
         "max_sessions_per_client",
+        "max_sessions_per_telephony_token",
+        "record_max_mb",
+        "session_report_max_files",
+        "session_report_max_mb",
         "idle_timeout_s",
         "max_session_s",
         "max_audio_rate",

@@ -165,6 +165,8 @@ class RealtimeProtocol:
     ``allow_client_prompt``: whether ``instructions`` may set the system prompt (``--allow-client-prompt``).
     """
 
+    name = "realtime"  # what session reports and agents call this protocol
+
     def __init__(self, model: str = "", metrics: bool = False, allow_client_prompt: bool = False) -> None:
         self.model = model or DEFAULT_MODEL
         self.metrics = metrics

@@ -47,7 +47,11 @@ def test_an_unclosed_string_does_not_hide_values():
     assert code_of('{"a": [' + "{}," * 5000 + '"') == "too_many_values"
 
 
-@pytest.mark.parametrize("codec", [NativeProtocol(), MediaStreamsProtocol(TWILIO), RealtimeProtocol()], ids=repr)
+@pytest.mark.parametrize(
+    "codec",
+    [NativeProtocol(), MediaStreamsProtocol(TWILIO), RealtimeProtocol()],
+    ids=lambda codec: type(codec).__name__,
+)
 def test_every_codec_refuses_the_flood_with_an_error(codec):
     [error] = codec.receive_text(many("{}", (MAX_MESSAGE_CHARS - 40) // 3))
     assert isinstance(error, ProtocolError) and error.code == "too_many_values"

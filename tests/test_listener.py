@@ -11,6 +11,7 @@ from tests.test_session import EnergyVAD, quiet, tone
 from voice_agent.config import Settings
 from voice_agent.listener import IDLE_KEEP_SAMPLES, PREROLL_SAMPLES, Listener
 from voice_agent.protocols.events import Transcript
+from voice_agent.stt_queue import STTQueue
 from voice_agent.vad import WINDOW
 
 RATE = 16000
@@ -83,7 +84,8 @@ def listener(floor: Floor, stt=WordsSTT, **settings) -> tuple[Listener, list]:
     defaults = dict(
         end_silence_complete_ms=200, end_silence_telling_ms=200, end_silence_ms=200, stt_speculative_silence_ms=64
     )
-    made = Listener(Settings(**{**defaults, **settings}), EnergyVAD(), stt, events.append, floor)
+    session_stt = STTQueue(stt).session()
+    made = Listener(Settings(**{**defaults, **settings}), EnergyVAD(), lambda: session_stt, events.append, floor)
     floor.listener = made
     return made, events
 

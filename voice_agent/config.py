@@ -92,6 +92,20 @@ class Settings:
         "stt",
     )
 
+    # Whisper's share per session (stt_queue.py). A quarter of a worker: sessions of one address (4 by
+    # default) can hold at most one of the two workers, and a bystander always finds the other. A normal
+    # session stays far under it: a spoken question costs 4 to 8 calls of 70-150 ms, and a minute of
+    # continuous speech, partials included, about 0.3 worker-seconds a second, which the 15 s burst covers.
+    stt_budget: float = _opt(
+        0.25,
+        "Whisper worker-seconds a session may use per second, sustained; past its budget its partial "
+        "transcripts are dropped and its other transcriptions wait. 0 means no limit.",
+        "stt",
+    )
+    stt_budget_burst_s: float = _opt(
+        15.0, "Whisper worker-seconds a session may use at once before --stt-budget holds it back.", "stt"
+    )
+
     preemptive_generation: bool = _opt(
         True,
         "Start answering the speculative transcript during the pause, and release the "

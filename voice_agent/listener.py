@@ -23,9 +23,10 @@ from .audio import PIPELINE_RATE, StreamResampler
 from .config import Settings
 from .echo_reference import INPUT_SAMPLES as ECHO_INPUT_SAMPLES
 from .echo_suppression import FIT_S as ECHO_FIT_S
-from .interfaces import SpeechStream, STTBackend
+from .interfaces import SpeechStream
 from .pause_habit import MIN_PAUSE_MS, PauseHabit
 from .protocols.events import OutputEvent, Transcript
+from .stt_queue import SessionSTT
 from .timeline import AudioTimeline
 from .turn import Completeness, TurnDetector, TurnSignals, classify
 from .user_turn import UserTurn
@@ -114,7 +115,7 @@ class Listener:
         self,
         settings: Settings,
         vad: SpeechStream,
-        stt: Callable[[], STTBackend],
+        stt: Callable[[], SessionSTT],
         emit: Callable[[OutputEvent], None],
         turn_taker: TurnTaker,
         session_id: str = "",
@@ -265,11 +266,11 @@ class Listener:
             return
         interval = self.settings.partial_interval_ms * PIPELINE_RATE // 1000
         if turn.last_speech - turn.partial_upto >= interval:
-            self._partial_task = asyncio.create_task(self._partial(turn, turn.audio(), turn.last_speech))
+            self._partial_task = asyncio.create_task(self._partial(turn, turn.last_speech))
 
-    async def _partial(self, turn: UserTurn, audio: np.ndarray, upto: int) -> None:
+    async def _partial(self, turn: UserTurn, upto: int) -> None:
         try:
-            text = await self._stt().transcribe(audio)
+            text = await turn.words(upto, self._stt().partial)
         except Exception:  # a partial is optional; the final transcription will tell
             log.exception("session %s: partial transcription failed", self._id)
             return

@@ -11,7 +11,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING
 
 from prometheus_client import (
     CollectorRegistry,
@@ -23,6 +24,9 @@ from prometheus_client import (
 )
 
 from .protocols.events import Clear, Error, Metrics, OutputEvent
+
+if TYPE_CHECKING:
+    from .stt_queue import Kind, STTQueue
 
 log = logging.getLogger(__name__)
 
@@ -88,6 +92,36 @@ class ServerMetrics:
             buckets=LAG_BUCKETS,
             registry=r,
         )
+
+        self.stt_wait = Histogram(
+            "voice_agent_stt_queue_wait_seconds",
+            "How long a transcription waited for a Whisper worker, by kind: final, partial, commit, check.",
+            ["kind"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.stt_depth = Gauge(
+            "voice_agent_stt_queue_depth", "Transcriptions waiting for a Whisper worker.", registry=r
+        )
+        self.stt_skips = Counter(
+            "voice_agent_stt_skipped",
+            "Transcriptions asked for that never ran, by kind and reason: over_budget, queue_deep, replaced "
+            "(by the session's newer request), merged (a commit into the next), cancelled.",
+            ["kind", "reason"],
+            registry=r,
+        )
+
+    def watch_stt(self, queue: STTQueue) -> Callable[[], None]:
+        """Count what ``queue`` does from now on; returns what stops it."""
+        queue.watchers.append(self)
+        self.stt_depth.set_function(queue.depth)
+        return lambda: queue.watchers.remove(self)
+
+    def stt_started(self, kind: Kind, waited_s: float) -> None:
+        self.stt_wait.labels(kind.value).observe(waited_s)
+
+    def stt_skipped(self, kind: Kind, reason: str) -> None:
+        self.stt_skips.labels(kind.value, reason).inc()
 
     @contextlib.contextmanager
     def session(self) -> Iterator[None]:

@@ -18,9 +18,10 @@ calls, and a bystander's question waited 17 s behind them. So:
 - **Fair order.** Among the jobs that may start, finals (final transcripts,
   commits, barge-in checks) come before partials; then a session with no call
   running before one that has one; then the session with the most budget left
-  (the one that used least of its share lately); then the oldest. A session
-  cannot queue ahead of the others: however much it asks, every other
-  session's next final starts before its second one does.
+  (the one that used least of its share lately); then the one served least
+  recently; then the oldest job. A session cannot queue ahead of the others:
+  however much it has waiting, another session's final starts before its
+  second one does.
 - **Partials give way.** A partial is dropped rather than queued when as many
   jobs wait as there are workers: it would be stale before it ran.
 
@@ -68,6 +69,7 @@ class _Account:
     level: float  # worker-seconds left in the bucket; below zero after a call longer than what was left
     updated: float
     running: int = 0
+    last_started: float = float("-inf")  # when its last call started: without a budget, the turns go round
     queued: list[Job] = field(default_factory=list)
 
 
@@ -122,7 +124,14 @@ class STTScheduler:
             for job in account.queued:
                 if job.kind is not Kind.PARTIAL and account.level < 0:
                     continue  # over budget: waits for the bucket to refill
-                key = (job.kind is Kind.PARTIAL, account.running > 0, -account.level, job.enqueued, job.seq)
+                key = (
+                    job.kind is Kind.PARTIAL,
+                    account.running > 0,
+                    -account.level,
+                    account.last_started,
+                    job.enqueued,
+                    job.seq,
+                )
                 if best is None or key < best[0]:
                     best = (key, job, account)
         if best is None:
@@ -130,6 +139,7 @@ class STTScheduler:
         _, job, account = best
         account.queued.remove(job)
         account.running += 1
+        account.last_started = now
         self._running += 1
         job.started = now
         return job

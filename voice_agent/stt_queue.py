@@ -42,6 +42,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from .audio import PIPELINE_RATE
 from .interfaces import Reading, STTBackend
 
 log = logging.getLogger(__name__)
@@ -68,7 +69,7 @@ class Job:
 class _Account:
     level: float  # worker-seconds left in the bucket; below zero after a call longer than what was left
     updated: float
-    running: int = 0
+    running: list[Job] = field(default_factory=list)
     last_started: float = float("-inf")  # when its last call started: without a budget, the turns go round
     queued: list[Job] = field(default_factory=list)
 
@@ -97,7 +98,7 @@ class STTScheduler:
         account = self._account(session, now)
         queued_partials = [job for job in account.queued if job.kind is Kind.PARTIAL]
         if kind is Kind.PARTIAL:
-            if account.level <= 0:
+            if self._left(account, now) <= 0:
                 return Submitted(None, [], "over_budget")
             if self.waiting() - len(queued_partials) >= self.workers:
                 return Submitted(None, [], "queue_deep")
@@ -121,13 +122,14 @@ class STTScheduler:
         best: tuple[tuple, Job, _Account] | None = None
         for account in self._accounts.values():
             self._refill(account, now)
+            left = self._left(account, now)
             for job in account.queued:
-                if job.kind is not Kind.PARTIAL and account.level < 0:
+                if job.kind is not Kind.PARTIAL and left < 0:
                     continue  # over budget: waits for the bucket to refill
                 key = (
                     job.kind is Kind.PARTIAL,
-                    account.running > 0,
-                    -account.level,
+                    len(account.running) > 0,
+                    -left,
                     account.last_started,
                     job.enqueued,
                     job.seq,
@@ -138,7 +140,7 @@ class STTScheduler:
             return None
         _, job, account = best
         account.queued.remove(job)
-        account.running += 1
+        account.running.append(job)
         account.last_started = now
         self._running += 1
         job.started = now
@@ -154,7 +156,7 @@ class STTScheduler:
         if account is not None:
             self._refill(account, now)
             account.level -= took
-            account.running -= 1
+            account.running.remove(job)
         return took
 
     def withdraw(self, job: Job) -> bool:
@@ -176,7 +178,8 @@ class STTScheduler:
         times = []
         for account in self._accounts.values():
             self._refill(account, now)
-            if account.level < 0 and any(job.kind is not Kind.PARTIAL for job in account.queued):
+            # With a call running, its end decides: it is charged then, and the queue looks again.
+            if account.level < 0 and not account.running and any(j.kind is not Kind.PARTIAL for j in account.queued):
                 times.append(now - account.level / self.rate)
         return min(times, default=None)
 
@@ -185,8 +188,9 @@ class STTScheduler:
         return sum(1 for a in self._accounts.values() for j in a.queued if kind is None or j.kind is kind)
 
     def budget_left(self, session: Hashable) -> float:
-        account = self._account(session, self._clock())
-        return account.level
+        """``session``'s bucket, less what its running calls have taken so far."""
+        now = self._clock()
+        return self._left(self._account(session, now), now)
 
     def _account(self, session: Hashable, now: float) -> _Account:
         account = self._accounts.get(session)
@@ -194,6 +198,13 @@ class STTScheduler:
             account = self._accounts[session] = _Account(self.burst_s, now)
         self._refill(account, now)
         return account
+
+    def _left(self, account: _Account, now: float) -> float:
+        """The bucket less what the running calls took so far: they are charged as they run, so that a session
+        cannot start more at once than its budget covers."""
+        if self.rate <= 0:
+            return account.level
+        return account.level - sum(now - job.started for job in account.running if job.started is not None)
 
     def _refill(self, account: _Account, now: float) -> None:
         if self.rate <= 0:  # no budget: every session's bucket stays full
@@ -309,6 +320,8 @@ class STTQueue:
         if isinstance(job.session, SessionSTT):
             job.session.calls += 1
             job.session.seconds += took
+            job.session.audio_s += len(job.audio) / PIPELINE_RATE
+            job.session.longest_s = max(job.session.longest_s, len(job.audio) / PIPELINE_RATE)
         self._dispatch()
 
     def _resolve(self, job: Job, result: Any) -> None:
@@ -329,6 +342,8 @@ class SessionSTT:
         self.name = name
         self.calls = 0  # Whisper calls made for this session
         self.seconds = 0.0  # and the worker-seconds they took
+        self.audio_s = 0.0  # and the seconds of audio they read
+        self.longest_s = 0.0  # in one call at most
 
     async def transcribe(self, audio: np.ndarray) -> str:
         """A final transcript (or a part of one): never dropped, though it may wait for the session's budget."""
@@ -351,4 +366,11 @@ class SessionSTT:
         """The session is over: what it still waits for never runs."""
         self._queue.forget(self)
         if self.calls:
-            log.info("session %s: %d Whisper calls, %.1f s", self.name, self.calls, self.seconds)
+            log.info(
+                "session %s: %d Whisper calls, %.1f s, for %.1f s of audio (%.1f s at most at once)",
+                self.name,
+                self.calls,
+                self.seconds,
+                self.audio_s,
+                self.longest_s,
+            )

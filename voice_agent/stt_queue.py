@@ -11,17 +11,17 @@ calls, and a bystander's question waited 17 s behind them. So:
   call reads both, :meth:`SessionSTT.committed`). A speculative final that more
   speech makes stale is cancelled by its turn, which takes it out of the queue.
 - **A budget.** Each session has a bucket of Whisper worker-seconds, refilled
-  at ``rate`` per second up to ``burst_s`` and charged each call's duration.
-  Past it (an empty bucket), its partials are dropped and its other work waits
+  at ``rate`` per second up to ``burst_s`` and charged each call's duration as
+  it runs. Past it (an empty bucket), its partials are dropped and its other work waits
   until the bucket refills, so a session's sustained share of the workers is
   at most ``rate``. The defaults and why: ``config.py``, ``--stt-budget``.
 - **Fair order.** Among the jobs that may start, finals (final transcripts,
   commits, barge-in checks) come before partials; then a session with no call
   running before one that has one; then the session with the most budget left
   (the one that used least of its share lately); then the one served least
-  recently; then the oldest job. A session cannot queue ahead of the others:
-  however much it has waiting, another session's final starts before its
-  second one does.
+  recently; then the oldest job. A session that asks for more cannot queue
+  ahead of one that asks for less: however much it has waiting, that one's
+  next final starts before its next one does.
 - **Partials give way.** A partial is dropped rather than queued when as many
   jobs wait as there are workers: it would be stale before it ran.
 

@@ -229,8 +229,8 @@ class STTQueue:
         self,
         backend: Callable[[], STTBackend],
         workers: int = 2,
-        rate: float = 0.25,
-        burst_s: float = 5.0,
+        rate: float = 0.5,
+        burst_s: float = 10.0,
         clock: Callable[[], float] = time.monotonic,
     ):
         self._backend = backend

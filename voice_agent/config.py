@@ -217,6 +217,18 @@ class Settings:
         "turn",
         (0, 1),
     )
+    # auto: the APM costs about 1% of a core per session, and an input without echo passes through it unchanged;
+    # only a client that cancels echo itself (a browser's getUserMedia echoCancellation) is left alone.
+    echo_cancellation: str = _opt(
+        "auto",
+        "Cancel the agent's own voice in the input (WebRTC's AEC3) before the VAD and STT hear it. auto: on "
+        "unless the client says in its start that its input is echo-cancelled already (docs/protocol.md).",
+        "turn",
+        ("auto", "on", "off"),
+    )
+    noise_suppression: int = _opt(
+        0, "1: WebRTC's noise suppression on the input, before the VAD and STT hear it.", "turn", (0, 1)
+    )
 
     # LLM
     llm: str = _opt(

@@ -34,6 +34,7 @@ class EchoCanceller:
     """One session's echo canceller (and noise suppressor), fed the agent's output and the user's input."""
 
     def __init__(self, echo_cancellation: bool = True, noise_suppression: bool = False):
+        self.cancels_echo = echo_cancellation
         self._apm = AudioProcessingModule(echo_cancellation=echo_cancellation, noise_suppression=noise_suppression)
         self._input = np.zeros(0, np.float32)  # input short of a frame, carried to the next call
         self._played = np.zeros(0, np.float32)  # output sent to the client, not yet played

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 
 import numpy as np
@@ -124,3 +125,50 @@ def test_a_start_says_whether_its_input_is_echo_cancelled():
     error, started = NativeProtocol().receive_text('{"type": "start", "echo_cancelled": "yes"}')
     assert isinstance(error, ProtocolError) and "echo_cancelled" in error.message
     assert isinstance(started, SessionStarted) and "echo_cancelled" not in started.options
+
+
+class Canceller:
+    """Records what a session gives its canceller; ``silencing``: hands the VAD silence, as if all were echo."""
+
+    def __init__(self) -> None:
+        self.outputs: list[type] = []
+        self.heard = 0
+        self.silencing = False
+
+    def output(self, event, rate: int) -> None:
+        self.outputs.append(type(event))
+
+    def process(self, samples: np.ndarray) -> np.ndarray:
+        self.heard += len(samples)
+        return np.zeros_like(samples) if self.silencing else samples
+
+
+async def test_a_session_gives_its_canceller_what_it_plays_and_the_vad_only_what_it_lets_through():
+    from tests.test_session import Harness, quiet, tone
+
+    h = Harness(echo_cancellation="on")
+    assert isinstance(h.session.listener.echo_canceller, EchoCanceller)
+    canceller = Canceller()
+    h.session.listener.echo_canceller = canceller  # type: ignore[assignment]
+    await h.feed(tone(0.5), realtime=False)
+    await h.feed(quiet(0.4))
+    await h.until(lambda: h.finals("agent"))
+    assert canceller.heard == int(0.9 * RATE)
+    assert canceller.outputs.count(AgentAudio) == len(h.of(AgentAudio)) > 0
+    turns = len(h.finals("user"))
+    canceller.silencing = True
+    await h.feed(tone(0.5), realtime=False)
+    await h.feed(quiet(0.4))
+    await asyncio.sleep(0.3)
+    assert len(h.finals("user")) == turns  # the VAD heard no second turn
+    await h.session.close()
+
+
+@pytest.mark.parametrize(("setting", "kept"), [("auto", False), ("on", True)])
+async def test_a_client_that_cancels_echo_itself_turns_auto_off(setting, kept):
+    from tests.test_session import Harness
+
+    h = Harness(echo_cancellation=setting)
+    h.session.handle(SessionStarted(RATE, {"echo_cancelled": True}))
+    assert (h.session.listener.echo_canceller is not None) is kept
+    await h.session.close()

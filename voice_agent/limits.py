@@ -13,6 +13,7 @@ import math
 import time
 from collections.abc import Callable
 
+from .capacity import CapacityModel
 from .close_codes import CloseCode
 from .config import Settings
 
@@ -140,12 +141,15 @@ class SessionRegistry:
     At most ``maximum`` sessions in all and ``per_address`` from one client
     address (0 is no limit for either), so one client cannot take every slot.
     A session opened without an address counts only towards ``maximum``.
+    With a ``capacity`` model, a session is also refused when the model judges
+    that one more would not fit (voice_agent/capacity.py).
     """
 
     def __init__(self, maximum: int, per_address: int = 0, clock: Clock = time.monotonic):
         self.maximum = maximum
         self.per_address = per_address
         self.draining = False
+        self.capacity: CapacityModel | None = None
         self._clock = clock
         self._slots: set[Slot] = set()
         self._by_address: dict[str | None, int] = {}
@@ -162,6 +166,8 @@ class SessionRegistry:
             raise Refused("full", "server is full")
         if address is not None and self.per_address > 0 and self._by_address.get(address, 0) >= self.per_address:
             raise Refused("address_full", "too many sessions from this address")
+        if self.capacity is not None and (verdict := self.capacity.verdict(len(self._slots))).reason is not None:
+            raise Refused(verdict.reason, verdict.close_reason)
         slot = Slot(self, address)
         self._slots.add(slot)
         self._by_address[address] = self._by_address.get(address, 0) + 1

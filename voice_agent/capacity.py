@@ -50,6 +50,7 @@ class Verdict:
     reason: str | None  # None: it fits; else OVERLOADED or OVER_BUDGET
     detail: str
     sessions: int
+    cores: float
     capacity: int | None  # sessions within target at the measured cost; None before it is known
     session_cost: float | None  # core-seconds per second of one session
     idle_cost: float  # core-seconds per second with no session
@@ -69,6 +70,7 @@ class Verdict:
             "reason": self.reason or "ready",
             "detail": self.detail,
             "sessions": self.sessions,
+            "cores": self.cores,
             "capacity": self.capacity,
             "session_cost": rounded(self.session_cost),
             "idle_cost": rounded(self.idle_cost),
@@ -162,7 +164,7 @@ class CapacityModel:
             )
         elif cost is None:
             detail = "no session measured yet: only --max-sessions bounds admission"
-        return Verdict(reason, detail, sessions, self.capacity(), cost, self._idle_cost, predicted, p50)
+        return Verdict(reason, detail, sessions, self.cores, self.capacity(), cost, self._idle_cost, predicted, p50)
 
     def _forget(self, now: float) -> None:
         while self._intervals and self._intervals[0].end <= now - self.window_s:

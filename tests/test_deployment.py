@@ -51,14 +51,14 @@ VLLM_FLAGS = {
     "max-model-len",
     "port",
 }
-# Flags of scripts/topology (voice_agent/topology.py) that the guide shows.
-TOPOLOGY_FLAGS = {"gateways", "out"}
+# Flags of scripts/topology (voice_agent/topology.py) and of kubernetes-validate that the guide shows.
+TOOL_FLAGS = {"gateways", "out", "strict"}
 
 
 def test_every_flag_in_the_deployment_guide_is_a_real_flag():
     flags = set(re.findall(r"(?<![\w-])--([a-z][a-z0-9-]+)", DEPLOYMENT))
     assert {"llm", "llm-url", "llm-gpu-memory", "stt-device"} <= flags
-    unknown = {f for f in flags - DOCKER_FLAGS - VLLM_FLAGS - TOPOLOGY_FLAGS if f.replace("-", "_") not in FIELDS}
+    unknown = {f for f in flags - DOCKER_FLAGS - VLLM_FLAGS - TOOL_FLAGS if f.replace("-", "_") not in FIELDS}
     assert not unknown, f"docs/deployment.md shows flags that voice-agent serve does not have: {sorted(unknown)}"
 
 
@@ -90,3 +90,9 @@ def test_the_kubernetes_gateways_drain_within_their_grace_period_and_reach_the_v
     ingress = k8s("ingress.yaml")[0]
     backend = ingress["spec"]["rules"][0]["http"]["paths"][0]["backend"]["service"]
     assert backend["name"] == gateway["metadata"]["name"]
+
+
+def test_the_guide_shows_the_haproxy_config_that_scripts_topology_writes():
+    from voice_agent.topology import haproxy_config
+
+    assert f"```haproxy\n{haproxy_config(8080, [8101, 8102], 8404)}```" in DEPLOYMENT

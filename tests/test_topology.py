@@ -32,8 +32,15 @@ from voice_agent.session import APOLOGY
 from voice_agent.topology import GATEWAY_HEADER, Topology, haproxy_config
 
 LONG_QUESTION = "Tell me a story about a dragon who learns to fly."
-# Short answers keep the calls quick; greedy decoding keeps them the same from run to run.
-GATEWAY_ARGS = ("--llm-temperature", "0", "--llm-max-tokens", "40", "--shutdown-grace-s", "30")
+# Short answers keep the calls quick; greedy decoding keeps them the same from run to run. Every call
+# comes from this machine's address, which HAProxy forwards: no per-address limit. Admission by load is
+# off: on a shared 2-core machine two gateways and the LLM may well pass the latency budget, and a gateway
+# that says so is taken out of rotation (tests/test_capacity.py tests that); this test is about the rest.
+GATEWAY_ARGS = (
+    *("--llm-temperature", "0", "--llm-max-tokens", "40"),
+    *("--shutdown-grace-s", "30", "--max-sessions-per-client", "0"),
+    *("--capacity-target", "0", "--latency-budget-ms", "0"),
+)
 
 
 def test_the_haproxy_config_checks_readyz_and_keeps_websockets_open():
@@ -120,7 +127,8 @@ async def test_calls_spread_drain_restart_and_outlive_the_llm_going_away(topolog
     on_gw2 = [c for c in calls if c.gateway == "gw2"]
     speaking, between_turns = on_gw1
     await speaking.ask(LONG_QUESTION)
-    await speaking.client.wait_for(lambda m: m.get("type") == "metrics" and len(speaking.finals()) == 1, 30)
+    await speaking.client.wait_for(lambda m: len(speaking.client.json("metrics")) == 2, 30)  # it is speaking
+    assert len(speaking.finals()) == 1
     gateway = topology.gateways[0]
     assert gateway is not None
     gateway.send_signal(signal.SIGTERM)
@@ -151,11 +159,12 @@ async def test_calls_spread_drain_restart_and_outlive_the_llm_going_away(topolog
     # The LLM server goes away: a turn gets the apology and the call goes on; once it is back, answers again.
     topology.stop_llm()
     await back.ask("What is two plus two?")
-    assert await back.answer(after=1) == APOLOGY
+    await back.client.wait_for(lambda m: APOLOGY in back.finals(), 30)
     assert [e["code"] for e in back.client.json("error")] == ["reply_failed"]
     topology.start_llm()
+    said = len(back.finals())
     await back.ask("What is two plus two?")
-    assert await back.answer(after=2) not in ("", APOLOGY)
+    assert await back.answer(after=said) not in ("", APOLOGY)
     assert back.open_now and all(c.open_now for c in on_gw2)
 
     for call in [*on_gw2, *during, again, back]:

@@ -33,14 +33,18 @@ from voice_agent.topology import GATEWAY_HEADER, Topology, haproxy_config
 
 LONG_QUESTION = "Tell me a story about a dragon who learns to fly."
 # Short answers keep the calls quick; greedy decoding keeps them the same from run to run. Every call
-# comes from this machine's address, which HAProxy forwards: no per-address limit. Admission by load is
+# comes from this machine's address, which HAProxy forwards: no per-address limit. Calls wait quietly
+# while the others are checked: no idle timeout. Admission by load is
 # off: on a shared 2-core machine two gateways and the LLM may well pass the latency budget, and a gateway
 # that says so is taken out of rotation (tests/test_capacity.py tests that); this test is about the rest.
 GATEWAY_ARGS = (
     *("--llm-temperature", "0", "--llm-max-tokens", "40"),
-    *("--shutdown-grace-s", "30", "--max-sessions-per-client", "0"),
+    *("--shutdown-grace-s", "30", "--max-sessions-per-client", "0", "--idle-timeout-s", "0"),
     *("--capacity-target", "0", "--latency-budget-ms", "0"),
 )
+
+# One llama.cpp instance: the stand-in starts sooner, and it restarts in the middle of the test.
+STANDIN_ARGS = ("--llm-instances", "1", "--llm-temperature", "0")
 
 
 def test_the_haproxy_config_checks_readyz_and_keeps_websockets_open():
@@ -63,7 +67,8 @@ def topology():
         if os.environ.get("CI"):
             pytest.fail(f"{reason}; CI must run the topology test (scripts/test installs it)")
         pytest.skip(reason)
-    with Topology(ARTIFACTS / "topology", gateways=2, llm="standin", serve_args=GATEWAY_ARGS) as topology:
+    folder = ARTIFACTS / "topology"
+    with Topology(folder, gateways=2, llm="standin", serve_args=GATEWAY_ARGS, llm_args=STANDIN_ARGS) as topology:
         yield topology
 
 
@@ -86,6 +91,10 @@ class Call:
         await self.client.wait_for(lambda m: len(self.finals()) > after, timeout)
         return self.finals()[after]
 
+    async def speaking(self, answers: int, timeout: float = 60.0) -> None:
+        """Until the agent has started speaking its ``answers``-th answer (each start has its metrics event)."""
+        await self.client.wait_for(lambda m: len(self.client.json("metrics")) >= answers, timeout)
+
     def finals(self) -> list[str]:
         return [m["text"] for m in self.client.json("transcript") if m["role"] == "agent" and m["final"]]
 
@@ -103,9 +112,10 @@ class Call:
 
 
 async def answered(url: str, question: str) -> Call:
+    """A new call that asks ``question`` and hears the start of its answer."""
     call = await Call.open(url)
     await call.ask(question)
-    assert await call.answer()
+    await call.speaking(1)
     return call
 
 
@@ -119,53 +129,58 @@ async def test_calls_spread_drain_restart_and_outlive_the_llm_going_away(topolog
     await calls[0].client.stream(np.concatenate([speech("What is the capital of France?"), silence(1.0)]))
     for call in calls[1:]:
         await call.ask("Say hello.")
-    assert all([await call.answer() for call in calls])
+    await asyncio.gather(*(call.speaking(1) for call in calls))
     assert not any(call.client.json("error") for call in calls)
 
     # Drain gw1 while one of its calls is answering and the other is between turns.
     on_gw1 = [c for c in calls if c.gateway == "gw1"]
     on_gw2 = [c for c in calls if c.gateway == "gw2"]
     speaking, between_turns = on_gw1
+    await speaking.answer()  # its first answer, to the end
     await speaking.ask(LONG_QUESTION)
-    await speaking.client.wait_for(lambda m: len(speaking.client.json("metrics")) == 2, 30)  # it is speaking
-    assert len(speaking.finals()) == 1
+    await speaking.speaking(2)
     gateway = topology.gateways[0]
     assert gateway is not None
     gateway.send_signal(signal.SIGTERM)
-    # New calls, at once and while HAProxy's checks catch up, all go to gw2 and are answered.
-    during = [await answered(url, "Say hello.") for _ in range(3)]
+    # Three new calls at once, before HAProxy's checks can have noticed: all go to gw2 and are answered.
+    during = await asyncio.gather(*(answered(url, "Say hello.") for _ in range(3)))
     assert [c.gateway for c in during] == ["gw2"] * 3
     # The call between turns goes at once; the one speaking finishes its answer first; both with 1001.
     assert await between_turns.closed(10) == (1001, "server is shutting down")
     assert await speaking.closed(60) == (1001, "server is shutting down")
     assert len(speaking.finals()) == 2 and speaking.finals()[1], speaking.client.json()
     assert not speaking.client.json("error")
-    assert gateway.wait(timeout=30) == 0
+    assert await asyncio.to_thread(gateway.wait, 30) == 0
     topology.gateways[0] = None
+
+    topology.start_gateway(0, wait=False)  # the restart, loading while the rest of the drain is checked
     # gw2's calls never noticed: they answer again.
     for call in on_gw2:
         await call.ask("Say goodbye.")
-        assert await call.answer(after=1)
+    await asyncio.gather(*(call.speaking(2) for call in on_gw2))
     # A caller cut off between turns calls again: the balancer puts it through to gw2.
     again = await answered(url, "Say hello.")
     assert again.gateway == "gw2"
 
-    # Restart gw1: HAProxy takes it back, and new calls go to it (it has the fewest).
-    topology.start_gateway(0)
-    topology.wait_balancer(0, up=True)
+    # gw1 restarted: HAProxy takes it back, and new calls go to it (it has the fewest).
+    await asyncio.to_thread(topology.wait_gateway, 0)
+    await asyncio.to_thread(topology.wait_balancer, 0, True)
     back = await answered(url, "Say hello.")
     assert back.gateway == "gw1"
+    await back.answer()
 
     # The LLM server goes away: a turn gets the apology and the call goes on; once it is back, answers again.
-    topology.stop_llm()
+    await asyncio.to_thread(topology.stop_llm)
     await back.ask("What is two plus two?")
+    await back.client.wait_for(lambda m: m.get("type") == "error", 30)
+    restarting = asyncio.create_task(asyncio.to_thread(topology.start_llm))
     await back.client.wait_for(lambda m: APOLOGY in back.finals(), 30)
     assert [e["code"] for e in back.client.json("error")] == ["reply_failed"]
-    topology.start_llm()
+    await restarting
     said = len(back.finals())
     await back.ask("What is two plus two?")
     assert await back.answer(after=said) not in ("", APOLOGY)
-    assert back.open_now and all(c.open_now for c in on_gw2)
+    assert back.open_now and all(c.open_now for c in [*on_gw2, *during, again])
 
     for call in [*on_gw2, *during, again, back]:
         await call.close()

@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
+import asyncio
+import json
+import urllib.error
+import urllib.request
 from typing import Any, cast
 
+import numpy as np
 import pytest
 from starlette.testclient import TestClient
 from starlette.websockets import WebSocketDisconnect
 
-from voice_agent.capacity import OVER_BUDGET, OVERLOADED, CapacityModel
+from tests.conftest import start_server, stop_server
+from tests.speech import silence, speech
+from tests.wsclient import NativeClient
+from voice_agent.capacity import MIN_SESSION_S, OVER_BUDGET, OVERLOADED, CapacityModel
 from voice_agent.config import Settings
 from voice_agent.limits import Refused, SessionRegistry
 from voice_agent.server import create_app
@@ -186,3 +194,42 @@ def test_readyz_is_not_ready_at_the_fixed_maximum():
         assert full.status_code == 503 and full.json()["reason"] == "full"
         slot.release()
         assert client.get("/readyz").status_code == 200
+
+
+def readyz(base_url: str) -> tuple[int, dict]:
+    try:
+        with urllib.request.urlopen(base_url + "/readyz", timeout=5) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as refused:
+        return refused.code, json.loads(refused.read())
+
+
+@pytest.mark.e2e
+async def test_a_real_server_measures_what_its_sessions_cost_and_refuses_past_it():
+    """Two spoken sessions teach a real server their cost; at a target no session fits, it then says so."""
+    process, base_url, log_file = start_server(
+        "--capacity-target", "0.001", "--latency-budget-ms", "0", "--llm-max-tokens", "20", "--idle-timeout-s", "0"
+    )
+    ws_url = base_url.replace("http://", "ws://") + "/ws"
+    try:
+        status, before = readyz(base_url)
+        assert status == 200 and before["session_cost"] is None and before["capacity"] is None
+        talk = np.concatenate([speech("What is the capital of France?"), silence(MIN_SESSION_S / 2 + 2)])
+        clients = [await NativeClient.connect(ws_url) for _ in range(2)]
+        await asyncio.gather(*(client.stream(talk) for client in clients))
+        await asyncio.sleep(1.5)  # the next sample
+        status, after = readyz(base_url)
+        assert status == 503 and after["reason"] == OVERLOADED, after
+        assert 0 < after["session_cost"] < 2 and after["capacity"] == 0 and after["retry_after_s"] == 5
+        refused = await NativeClient.connect(ws_url, rate=None)
+        await asyncio.wait_for(refused._reader, 10)
+        assert (refused.ws.close_code, refused.ws.close_reason) == (1013, "overloaded; retry after 5 s")
+        assert all(client._reader is not None and not client._reader.done() for client in clients)  # kept
+        with urllib.request.urlopen(base_url + "/metrics", timeout=5) as response:
+            metrics = response.read().decode()
+        assert 'voice_agent_refused_connections_total{reason="overloaded"} 1.0' in metrics
+        assert "voice_agent_capacity_sessions 0.0" in metrics
+        for client in clients:
+            await client.close()
+    finally:
+        stop_server(process, log_file)

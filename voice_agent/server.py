@@ -104,6 +104,7 @@ class Runtime:
 
     async def watch_load(self) -> None:
         """Feed the capacity model this process's CPU time and live sessions until cancelled."""
+        await self.ready.wait()  # loading the models is no idle cost
         while True:
             self.capacity.sample(time.process_time(), self.sessions.active)
             cost, sessions = self.capacity.session_cost, self.capacity.capacity()

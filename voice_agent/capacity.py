@@ -10,6 +10,13 @@ llama.cpp included) and the number of live sessions. Over a sliding window
 the CPU spent while no session was live is the idle cost, and the rest,
 divided by the session-seconds served, is the cost of a session.
 
+The cost used is the highest such figure of the last ten minutes. A session
+cannot spend CPU it does not get: on a machine short of CPU (more sessions
+than it carries, or other processes) each one spends less, turns wait, and the
+window's figure falls just when the server is overloaded. Measured on the
+2-core machine with other test runs beside it: 0.26 core-s/s a session at 4
+sessions, 0.11 at 6, where the median voice-to-voice was 2.3 s.
+
 The rule: a new session is admitted while the predicted utilisation with it,
 ``(idle + (live + 1) x session cost) / cores``, stays within ``target``, and
 while the median voice-to-voice of the turns in the window stays within the
@@ -40,6 +47,7 @@ OVER_BUDGET = "over_budget"
 RETRY_AFTER_S = 5
 MIN_SESSION_S = 20.0  # session-seconds in the window before its cost is trusted: a few turns of one call
 MIN_TURNS = 3  # turns in the window before their median is judged
+COST_MEMORY_S = 600.0  # the cost is the highest measured over this long
 MIN_COST = 0.001  # core-seconds per second: a floor, so that a session that cost nothing measurable divides
 
 
@@ -102,6 +110,7 @@ class CapacityModel:
         budget_s: float,
         window_s: float = 60.0,
         min_session_s: float = MIN_SESSION_S,
+        memory_s: float = COST_MEMORY_S,
         clock: Clock = time.monotonic,
     ):
         self.cores = cores
@@ -109,10 +118,12 @@ class CapacityModel:
         self.budget_s = budget_s
         self.window_s = window_s
         self.min_session_s = min_session_s
+        self.memory_s = memory_s
         self._clock = clock
         self._intervals: deque[_Interval] = deque()
         self._turns: deque[tuple[float, float]] = deque()  # (at, voice-to-voice seconds)
         self._last: tuple[float, float, int] | None = None  # (at, CPU counter, sessions) of the last sample
+        self._costs: deque[tuple[float, float]] = deque()  # (at, the window's cost), for the last memory_s
         self._session_cost: float | None = None
         self._idle_cost = 0.0
 
@@ -126,7 +137,7 @@ class CapacityModel:
                 self._intervals.append(_Interval(now, now - at, cpu_s - cpu_before, sessions))
         self._last = (now, cpu_s, sessions)
         self._forget(now)
-        self._estimate()
+        self._estimate(now)
 
     def observe_turn(self, voice_to_voice_s: float) -> None:
         self._turns.append((self._clock(), voice_to_voice_s))
@@ -172,7 +183,7 @@ class CapacityModel:
         while self._turns and self._turns[0][0] <= now - self.window_s:
             self._turns.popleft()
 
-    def _estimate(self) -> None:
+    def _estimate(self, now: float) -> None:
         idle = [i for i in self._intervals if i.sessions == 0]
         idle_s = sum(i.seconds for i in idle)
         if idle_s > 0:
@@ -181,7 +192,11 @@ class CapacityModel:
         session_s = sum(i.seconds * i.sessions for i in busy)
         if session_s >= self.min_session_s:
             spent = sum(i.cpu_s - self._idle_cost * i.seconds for i in busy)
-            self._session_cost = max(spent / session_s, MIN_COST)
+            self._costs.append((now, max(spent / session_s, MIN_COST)))
+        while len(self._costs) > 1 and self._costs[0][0] <= now - self.memory_s:
+            self._costs.popleft()  # the latest stays, however old: an idle server remembers what a session costs
+        if self._costs:
+            self._session_cost = max(cost for _, cost in self._costs)
 
 
 def capacity_model(settings: Settings) -> CapacityModel:

@@ -46,11 +46,12 @@ global
 defaults
     mode http
     option forwardfor          # gateways see the caller's address, for --max-sessions-per-client
-    option redispatch          # a connection a gateway refuses (it is stopping) is tried on another
+    option redispatch          # a connection a gateway refuses or drops (it is stopping) is tried on another
     retries 2
+    retry-on conn-failure empty-response response-timeout
     timeout connect 2s
     timeout client 60s         # an HTTP request, or a WebSocket handshake
-    timeout server 60s
+    timeout server 5s          # a gateway's answer to one (calls live under timeout tunnel)
     timeout tunnel 1h          # an upgraded WebSocket: a call may be quiet for a long time
     timeout client-fin 5s
 

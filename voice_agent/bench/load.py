@@ -149,6 +149,7 @@ def ramp(levels: list[int], args: argparse.Namespace, url: str, out: Path, serve
     over = False
     for level in levels:
         entry = _level(level, args, url, out / "ramp", server)
+        entry["server_session_cost"] = (server_estimate(url) or {}).get("session_cost")
         results.append(entry)
         p50 = _p50(entry)
         fits = p50 is not None and p50 <= args.budget_ms and _failed(entry) == 0
@@ -350,7 +351,17 @@ def failures(result: dict) -> list[str]:
 
 
 def markdown(result: dict) -> str:
-    header = ["sessions", "turns", "v2v p50", "p95", "server v2v p50", "no answer", "failed runs", "server peak RSS"]
+    header = [
+        "sessions",
+        "turns",
+        "v2v p50",
+        "p95",
+        "server v2v p50",
+        "no answer",
+        "failed runs",
+        "server peak RSS",
+        "session cost",
+    ]
     rows = []
     for level in result["ramp"]["levels"]:
         s = level["summary"]
@@ -367,6 +378,7 @@ def markdown(result: dict) -> str:
                 s["unanswered"],
                 s["failed_runs"],
                 f"{level['server_peak_rss_mb']} MiB",
+                "" if (cost := level.get("server_session_cost")) is None else f"{cost} core-s/s",
             ]
         )
     lines = [harness.machine_line(result), f"Command: `{result['command']}`", ""]

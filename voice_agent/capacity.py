@@ -10,12 +10,13 @@ llama.cpp included) and the number of live sessions. Over a sliding window
 the CPU spent while no session was live is the idle cost, and the rest,
 divided by the session-seconds served, is the cost of a session.
 
-The cost used is the highest such figure of the last ten minutes. A session
-cannot spend CPU it does not get: on a machine short of CPU (more sessions
-than it carries, or other processes) each one spends less, turns wait, and the
-window's figure falls just when the server is overloaded. Measured on the
-2-core machine with other test runs beside it: 0.26 core-s/s a session at 4
-sessions, 0.11 at 6, where the median voice-to-voice was 2.3 s.
+A session cannot spend CPU it does not get: on a machine short of CPU (more
+sessions than it carries, or other processes) each one spends less and its
+turns wait, so the window's figure falls just when the server is overloaded.
+On the 2-core machine with other test runs beside it, one `bench load` run's
+last minute at 4 sessions gave 0.26 core-s/s a session; another's at 6
+sessions, where the median voice-to-voice was 2.3 s, gave 0.11. So while the
+median voice-to-voice is over the budget the cost may rise but not fall.
 
 The rule: a new session is admitted while the predicted utilisation with it,
 ``(idle + (live + 1) x session cost) / cores``, stays within ``target``, and
@@ -47,7 +48,6 @@ OVER_BUDGET = "over_budget"
 RETRY_AFTER_S = 5
 MIN_SESSION_S = 20.0  # session-seconds in the window before its cost is trusted: a few turns of one call
 MIN_TURNS = 3  # turns in the window before their median is judged
-COST_MEMORY_S = 600.0  # the cost is the highest measured over this long
 MIN_COST = 0.001  # core-seconds per second: a floor, so that a session that cost nothing measurable divides
 
 
@@ -110,7 +110,6 @@ class CapacityModel:
         budget_s: float,
         window_s: float = 60.0,
         min_session_s: float = MIN_SESSION_S,
-        memory_s: float = COST_MEMORY_S,
         clock: Clock = time.monotonic,
     ):
         self.cores = cores
@@ -118,12 +117,10 @@ class CapacityModel:
         self.budget_s = budget_s
         self.window_s = window_s
         self.min_session_s = min_session_s
-        self.memory_s = memory_s
         self._clock = clock
         self._intervals: deque[_Interval] = deque()
         self._turns: deque[tuple[float, float]] = deque()  # (at, voice-to-voice seconds)
         self._last: tuple[float, float, int] | None = None  # (at, CPU counter, sessions) of the last sample
-        self._costs: deque[tuple[float, float]] = deque()  # (at, the window's cost), for the last memory_s
         self._session_cost: float | None = None
         self._idle_cost = 0.0
 
@@ -137,7 +134,7 @@ class CapacityModel:
                 self._intervals.append(_Interval(now, now - at, cpu_s - cpu_before, sessions))
         self._last = (now, cpu_s, sessions)
         self._forget(now)
-        self._estimate(now)
+        self._estimate()
 
     def observe_turn(self, voice_to_voice_s: float) -> None:
         self._turns.append((self._clock(), voice_to_voice_s))
@@ -159,7 +156,7 @@ class CapacityModel:
         self._forget(self._clock())
         cost = self._session_cost
         predicted = None if cost is None else (self._idle_cost + (sessions + 1) * cost) / self.cores
-        p50 = statistics.median(v for _, v in self._turns) if len(self._turns) >= MIN_TURNS else None
+        p50 = self._p50()
         reason, detail = None, "within capacity"
         if self.target > 0 and predicted is not None and predicted > self.target:
             reason = OVERLOADED
@@ -183,7 +180,7 @@ class CapacityModel:
         while self._turns and self._turns[0][0] <= now - self.window_s:
             self._turns.popleft()
 
-    def _estimate(self, now: float) -> None:
+    def _estimate(self) -> None:
         idle = [i for i in self._intervals if i.sessions == 0]
         idle_s = sum(i.seconds for i in idle)
         if idle_s > 0:
@@ -192,11 +189,17 @@ class CapacityModel:
         session_s = sum(i.seconds * i.sessions for i in busy)
         if session_s >= self.min_session_s:
             spent = sum(i.cpu_s - self._idle_cost * i.seconds for i in busy)
-            self._costs.append((now, max(spent / session_s, MIN_COST)))
-        while len(self._costs) > 1 and self._costs[0][0] <= now - self.memory_s:
-            self._costs.popleft()  # the latest stays, however old: an idle server remembers what a session costs
-        if self._costs:
-            self._session_cost = max(cost for _, cost in self._costs)
+            cost = max(spent / session_s, MIN_COST)
+            if self._session_cost is None or cost > self._session_cost or not self._late():
+                self._session_cost = cost
+
+    def _late(self) -> bool:
+        """Whether the window's turns were over budget: its sessions may have been short of CPU."""
+        p50 = self._p50()
+        return self.budget_s > 0 and p50 is not None and p50 > self.budget_s
+
+    def _p50(self) -> float | None:
+        return statistics.median(v for _, v in self._turns) if len(self._turns) >= MIN_TURNS else None
 
 
 def capacity_model(settings: Settings) -> CapacityModel:

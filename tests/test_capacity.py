@@ -178,7 +178,7 @@ def test_the_registry_refuses_what_the_model_refuses():
 
 
 def test_readyz_and_the_websocket_refuse_past_capacity_with_a_reason_and_a_metric():
-    settings = Settings(capacity_target=0.5, cpu_cores=1)
+    settings = Settings(capacity_target=0.5, cpu_cores=1, allowed_hosts=("testserver",))  # the test client's Host
     # Refusals happen before a session starts, so no engine is ever used: any object stands in for them.
     app = create_app(settings, engines=cast(Any, object()))
     runtime = app.state.runtime

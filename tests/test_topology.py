@@ -40,7 +40,8 @@ LONG_QUESTION = "Tell me a story about a dragon who learns to fly."
 # that says so is taken out of rotation (tests/test_capacity.py tests that); this test is about the rest.
 GATEWAY_ARGS = (
     *("--llm-temperature", "0", "--llm-max-tokens", "40"),
-    *("--shutdown-grace-s", "30", "--max-sessions-per-client", "0", "--idle-timeout-s", "0"),
+    *("--shutdown-grace-s", "30", "--idle-timeout-s", "0"),
+    *("--max-sessions-per-client", "0", "--max-connections-per-s", "0"),
     *("--capacity-target", "0", "--latency-budget-ms", "0"),
 )
 

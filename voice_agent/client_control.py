@@ -23,6 +23,7 @@ import numpy as np
 from .audio import PIPELINE_RATE
 from .config import Settings
 from .llm.base import Message
+from .log import log_exception
 from .protocols.events import (
     Error,
     InputClear,
@@ -208,9 +209,9 @@ class ClientControl:
         session = self._session
         try:
             text = await session.engines.stt.transcribe(audio)
-        except Exception as exc:
-            log.exception("session %s: transcription failed", session.id)
-            session.emit(Error("stt_failed", f"transcription failed: {type(exc).__name__}"))
+        except Exception:
+            log_exception(log, "session %s: transcription failed", session.id)
+            session.emit(Error("stt_failed", "transcription failed on the server"))
             text = ""
         if has_words(text):
             session.emit(Transcript("user", text, final=True))

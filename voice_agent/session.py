@@ -22,7 +22,10 @@ from .engines import Engines
 from .interruptions import Interruptions
 from .listener import Listener
 from .llm.base import Message
+from .llm.markup import chat_markup
 from .llm.scripted import ScriptedLLM
+from .llm.tokens import token_counter
+from .log import log_exception
 from .protocols.events import (
     AudioReceived,
     Clear,
@@ -39,6 +42,7 @@ from .protocols.events import (
     TextReceived,
     Transcript,
     TurnCommitted,
+    UserText,
 )
 from .reply import Reply
 from .reply_factory import ReplyFactory
@@ -53,6 +57,9 @@ if TYPE_CHECKING:  # only a session with an agent uses them, and is handed them
 log = logging.getLogger(__name__)
 
 APOLOGY = "Sorry, something went wrong on my side. Could you say that again?"
+MODEL_MARKUP = "text holds one of the model's special tokens (chat-template markup); ignored"
+# What a client is told of a failed answer: the details (the exception) are in the server's log only.
+REPLY_FAILED = "the answer failed on the server; it is not kept in the conversation"
 
 
 class Session:
@@ -77,7 +84,7 @@ class Session:
         )
         self.merge = TurnMerge(self)
         self.conversation = Conversation.from_settings(
-            settings, lambda messages: self.engines.llm.prefill(messages), session_id
+            settings, lambda messages: self.engines.llm.prefill(messages), session_id, token_counter(engines.llm)
         )
         if agent is not None:
             self.conversation.system_prompt = agent.instructions
@@ -135,6 +142,9 @@ class Session:
         if late_start:
             # Once, before any input: never a second greeting, nor a rate or prompt switch mid-answer.
             self.emit(Error("start_after_input", "start must come once, before any audio or text; ignored"))
+        elif isinstance(event, (TextReceived, UserText)) and chat_markup(self.engines.llm).find(event.text):
+            # The codecs refuse the <|...|> form; only the model knows the rest of its special tokens.
+            self.emit(Error("invalid_text", MODEL_MARKUP, getattr(event, "event_id", "")))
         elif isinstance(event, AudioReceived):
             self.listener.feed(event.samples)
         elif isinstance(event, SessionStarted):
@@ -292,9 +302,9 @@ class Session:
     async def _answer_turn(self, answer: Answer, turn: UserTurn, metrics: TurnMetrics) -> None:
         try:
             text = await turn.final_transcript(metrics)
-        except Exception as exc:
-            log.exception("session %s: transcription failed", self.id)
-            self.emit(Error("stt_failed", f"transcription failed: {type(exc).__name__}"))
+        except Exception:
+            log_exception(log, "session %s: transcription failed", self.id)
+            self.emit(Error("stt_failed", "transcription failed on the server"))
             self._answer = None
             self.say(APOLOGY)
             return
@@ -371,26 +381,30 @@ class Session:
             await running
         except asyncio.CancelledError:
             raise
-        except Exception as exc:  # a stage failed: tell the client, keep the session
-            log.exception("session %s: reply failed", self.id)
-            self.emit(Error("reply_failed", f"the answer failed: {type(exc).__name__}"))
+        except Exception:  # a stage failed: tell the client, keep the session
+            log_exception(log, "session %s: reply failed", self.id)
+            self.emit(Error("reply_failed", REPLY_FAILED))
             failed = True
         if self._answer is answer:  # else it was cancelled, and said so
             self.interruptions.answer_finished(reply, self.clock())
             self.emit(Transcript("agent", reply.text, final=True))
-            self._remember(reply, reply.text)
+            # A failed turn stays out of the history: the words that made it fail would fail the next answers too.
+            self._remember(reply, reply.text, failed=failed)
             self._answer = None
             self.emit(ResponseEnded(number, "failed" if failed else "completed"))
             # Apologize for a failed answer to the user; never for fixed words, so no loop.
             if failed and reply.user_text:
                 self.say(APOLOGY)
 
-    def _remember(self, reply: Reply, heard: str, interrupted: bool = False) -> None:
+    def _remember(self, reply: Reply, heard: str, interrupted: bool = False, failed: bool = False) -> None:
         tool_messages: list[Message] = []
         if self.agent is not None:
-            tool_messages = self.agent.answer_ended(reply.turn, heard, interrupted)
+            # A failed answer was not heard whole either: its side effects stay done for a repeated request.
+            tool_messages = self.agent.answer_ended(reply.turn, heard, interrupted or failed)
             if interrupted and not reply.started_audio and not tool_messages:
                 return  # nothing was said or done
+        if failed:
+            return
         self.control.remembered(reply, self.conversation.remember(reply.user_text, heard, tool_messages))
 
     async def close(self) -> None:

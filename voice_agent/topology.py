@@ -162,7 +162,9 @@ class Topology:
     def start_gateway(self, index: int, wait: bool = True) -> None:
         port = self.gateway_ports[index]
         command = [sys.executable, "-m", "voice_agent", "serve", "--host", "127.0.0.1", "--port", str(port)]
-        command += ["--llm", "openai", "--llm-url", self.llm_url, *self.serve_args]
+        # HAProxy's X-Forwarded-For is believed: the per-address limits count callers, not the balancer.
+        command += ["--llm", "openai", "--llm-url", self.llm_url, "--forwarded-allow-ips", "127.0.0.1"]
+        command += self.serve_args
         self.gateways[index] = self._spawn(command, f"gateway-{index + 1}-{port}", dict(os.environ))
         if wait:
             self.wait_gateway(index)

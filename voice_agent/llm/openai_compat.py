@@ -29,6 +29,7 @@ from typing import Any, overload
 import httpx
 
 from .base import Message, ToolCall
+from .markup import chat_markup
 
 log = logging.getLogger(__name__)
 
@@ -173,6 +174,8 @@ class OpenAICompatBackend:
     ) -> AsyncGenerator[str | ToolCall, None]:
         if not self.model:
             self.model = await self._served_model()
+        # The server renders the chat template and tokenizes it with special tokens parsed, as llama.cpp does.
+        messages = chat_markup(self).screen_messages(messages)
         body: dict[str, Any] = {
             "model": self.model,
             "messages": messages,

@@ -134,6 +134,16 @@ def test_a_slow_median_refuses_even_when_the_cpu_looks_free():
     assert capacity.verdict(1).reason is None
 
 
+def test_a_server_with_no_session_always_takes_one():
+    clock = Clock()
+    capacity = model(clock, cores=1)
+    Machine(capacity, clock, idle=0.0, per_session=2.0).run(30, 1)  # one session needs two cores
+    for _ in range(5):
+        capacity.observe_turn(3.0)
+    assert capacity.verdict(0).reason is None and capacity.capacity() == 0
+    assert capacity.verdict(1).reason == OVERLOADED
+
+
 def test_two_turns_are_too_few_to_judge_the_latency():
     capacity = model(Clock())
     capacity.observe_turn(3.0)

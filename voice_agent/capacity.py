@@ -22,7 +22,8 @@ The rule: a new session is admitted while the predicted utilisation with it,
 ``(idle + (live + 1) x session cost) / cores``, stays within ``target``, and
 while the median voice-to-voice of the turns in the window stays within the
 latency budget (the prediction cannot see CPU that other processes take).
-Until a few seconds of sessions have been measured nothing is known, and only
+A server with no live session always takes one: there is no one to slow
+down. Until a few seconds of sessions have been measured nothing is known, and only
 the fixed ``--max-sessions`` bounds admission; a measured cost is kept when
 the server goes idle, so the next caller is judged by it.
 
@@ -158,7 +159,10 @@ class CapacityModel:
         predicted = None if cost is None else (self._idle_cost + (sessions + 1) * cost) / self.cores
         p50 = self._p50()
         reason, detail = None, "within capacity"
-        if self.target > 0 and predicted is not None and predicted > self.target:
+        if sessions == 0:
+            # No one else to slow down; and a server that refused its only caller would never serve.
+            detail = "no session is live: one always fits"
+        elif self.target > 0 and predicted is not None and predicted > self.target:
             reason = OVERLOADED
             detail = (
                 f"one more session would use {predicted:.0%} of {self.cores:g} cores "

@@ -115,18 +115,9 @@ def run(args: argparse.Namespace) -> int:
     out = harness.output_folder(args.out, "load")
     result = harness.started(args.command_line)
     # Every replayed session comes from this machine's address: lift the per-address limit (4) for the ramp;
-    # and admit every session whatever the load, since finding where the budget breaks is the point.
-    serve_args = [
-        "--max-sessions-per-client",
-        "0",
-        "--max-sessions",
-        "0",
-        "--capacity-target",
-        "0",
-        "--latency-budget-ms",
-        "0",
-        *args.serve_args,
-    ]
+    # and no fixed maximum (the local server admits every session whatever the load): where the budget
+    # breaks is the point.
+    serve_args = ["--max-sessions-per-client", "0", "--max-sessions", "0", *args.serve_args]
     result["server_command"] = shlex.join(["voice-agent", "serve", "--host", "127.0.0.1", *serve_args])
     with harness.local_server(serve_args, out / "server.log") as (server, url):
         result["ramp"] = ramp(levels, args, url, out, server)

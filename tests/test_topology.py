@@ -5,8 +5,10 @@ with SIGTERM while calls run (its answer in flight finishes, then 1001; new
 calls go to the other; none fails), restarted and taken back; the LLM server
 gone for a moment (the apology, then answers again). The LLM is the embedded
 model behind the stand-in OpenAI-compatible endpoint, which restarts in
-seconds (`vllm serve` takes a minute on this CPU); scripts/topology runs the
-same deployment with `--llm vllm` or any endpoint.
+seconds (`vllm serve` takes a minute on this CPU);
+VOICE_AGENT_TOPOLOGY_LLM=vllm runs the test against `vllm serve` from
+.venv-vllm instead, and scripts/topology runs the same deployment with
+`--llm vllm` or any endpoint.
 
 Needs Debian's haproxy (scripts/test installs it when run as root): without
 it the test skips outside CI and fails in CI.
@@ -69,8 +71,9 @@ def topology():
         if os.environ.get("CI"):
             pytest.fail(f"{reason}; CI must run the topology test (scripts/test installs it)")
         pytest.skip(reason)
+    llm = os.environ.get("VOICE_AGENT_TOPOLOGY_LLM", "standin")  # vllm: `vllm serve` (minutes more)
     folder = ARTIFACTS / "topology"
-    with Topology(folder, gateways=2, llm="standin", serve_args=GATEWAY_ARGS, llm_args=STANDIN_ARGS) as topology:
+    with Topology(folder, gateways=2, llm=llm, serve_args=GATEWAY_ARGS, llm_args=STANDIN_ARGS) as topology:
         yield topology
 
 

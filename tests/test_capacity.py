@@ -6,6 +6,7 @@ import asyncio
 import json
 import urllib.error
 import urllib.request
+from types import SimpleNamespace
 from typing import Any, cast
 
 import numpy as np
@@ -20,6 +21,7 @@ from voice_agent.capacity import MIN_SESSION_S, OVER_BUDGET, OVERLOADED, Capacit
 from voice_agent.config import Settings
 from voice_agent.limits import Refused, SessionRegistry
 from voice_agent.server import create_app
+from voice_agent.stt_queue import STTQueue
 
 
 class Clock:
@@ -43,6 +45,11 @@ class Machine:
             self.clock.now += 1.0
             self.cpu += self.idle + self.per_session * sessions
             self.model.sample(self.cpu, sessions)
+
+
+def unused_engines() -> Any:
+    """Refusals happen before a session starts: no model is ever used, and only the STT queue is watched."""
+    return SimpleNamespace(stt_queue=STTQueue(lambda: cast(Any, None)))
 
 
 def model(clock: Clock, **kwargs: Any) -> CapacityModel:
@@ -189,8 +196,7 @@ def test_the_registry_refuses_what_the_model_refuses():
 
 def test_readyz_and_the_websocket_refuse_past_capacity_with_a_reason_and_a_metric():
     settings = Settings(capacity_target=0.5, cpu_cores=1, allowed_hosts=("testserver",))  # the test client's Host
-    # Refusals happen before a session starts, so no engine is ever used: any object stands in for them.
-    app = create_app(settings, engines=cast(Any, object()))
+    app = create_app(settings, engines=unused_engines())
     runtime = app.state.runtime
     clock = Clock()
     runtime.capacity = runtime.sessions.capacity = model(clock, cores=1, target=0.5)
@@ -214,7 +220,7 @@ def test_readyz_and_the_websocket_refuse_past_capacity_with_a_reason_and_a_metri
 
 
 def test_readyz_is_not_ready_at_the_fixed_maximum():
-    app = create_app(Settings(max_sessions=1, capacity_target=0), engines=cast(Any, object()))
+    app = create_app(Settings(max_sessions=1, capacity_target=0), engines=unused_engines())
     runtime = app.state.runtime
     with TestClient(app) as client:
         slot = runtime.sessions.open(None)

@@ -11,6 +11,7 @@ from tests.test_session import EnergyVAD, quiet, tone
 from voice_agent.config import Settings
 from voice_agent.listener import IDLE_KEEP_SAMPLES, PREROLL_SAMPLES, Listener
 from voice_agent.protocols.events import Transcript
+from voice_agent.stt_queue import STTQueue
 from voice_agent.vad import WINDOW
 
 RATE = 16000
@@ -83,7 +84,8 @@ def listener(floor: Floor, stt=WordsSTT, **settings) -> tuple[Listener, list]:
     defaults = dict(
         end_silence_complete_ms=200, end_silence_telling_ms=200, end_silence_ms=200, stt_speculative_silence_ms=64
     )
-    made = Listener(Settings(**{**defaults, **settings}), EnergyVAD(), stt, events.append, floor)
+    session_stt = STTQueue(stt).session()
+    made = Listener(Settings(**{**defaults, **settings}), EnergyVAD(), lambda: session_stt, events.append, floor)
     floor.listener = made
     return made, events
 
@@ -262,3 +264,27 @@ async def test_a_long_turn_with_short_gaps_goes_on_past_half_a_minute_at_the_def
     await feed(made, quiet(0.5))
     assert ("commit", 1) in floor.calls
     await made.close()
+
+
+async def test_a_partial_dropped_for_the_budget_waits_for_more_speech_before_the_next_is_asked():
+    class Skips:
+        def __init__(self):
+            self.kinds: list = []
+
+        def stt_started(self, kind, waited_s):
+            pass
+
+        def stt_skipped(self, kind, reason):
+            self.kinds.append((kind.value, reason))
+
+    floor = Floor()
+    made, events = listener(floor)
+    queue = STTQueue(WordsSTT, rate=0.25, burst_s=0.0)  # no budget at hand: every partial is dropped
+    skips = Skips()
+    queue.watchers.append(skips)
+    session_stt = queue.session()
+    made._stt = lambda: session_stt
+    await feed(made, np.concatenate([quiet(0.5), tone(2.2)]))
+    assert not [e for e in events if isinstance(e, Transcript)]
+    # One every 500 ms of speech, as when they run; not one a window.
+    assert skips.kinds and set(skips.kinds) == {("partial", "over_budget")} and len(skips.kinds) <= 5

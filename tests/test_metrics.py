@@ -14,10 +14,12 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.speech import silence, speech
+from tests.test_stt_queue import SlowSTT
 from tests.wsclient import NativeClient
 from voice_agent import log as logs
 from voice_agent.metrics import ServerMetrics
 from voice_agent.protocols.events import AgentAudio, Clear, Error, Metrics, Transcript
+from voice_agent.stt_queue import STTQueue
 
 TURN = {
     "turn": 1,
@@ -198,6 +200,8 @@ async def test_metrics_of_a_real_server_follow_a_spoken_turn(server, ws_url):
     assert grew("voice_agent_errors_total", (("code", "invalid_json"),)) >= 1
     assert during[("voice_agent_event_loop_lag_seconds_count", ())] > 0
     assert during[("process_resident_memory_bytes", ())] > 100e6  # the models are in there
+    assert grew("voice_agent_stt_queue_wait_seconds_count", (("kind", "final"),)) >= 1
+    assert ("voice_agent_stt_queue_depth", ()) in during
 
 
 def test_a_session_flooding_the_log_is_cut_down_and_the_gap_is_counted():
@@ -234,3 +238,23 @@ def test_a_session_flooding_the_log_is_cut_down_and_the_gap_is_counted():
         "another session is not limited by the first",
         "no session",
     ]
+
+
+async def test_the_stt_queue_reports_waits_by_kind_its_depth_and_what_it_skipped():
+    metrics = ServerMetrics()
+    queue = STTQueue(lambda: SlowSTT(delay=0.05), workers=1, rate=0)
+    stop = metrics.watch_stt(queue)
+    session = queue.session()
+    first = asyncio.create_task(session.transcribe(np.zeros(10, np.float32)))
+    await asyncio.sleep(0.01)
+    commits = [asyncio.create_task(session.committed(np.zeros(10, np.float32))) for _ in range(3)]
+    await asyncio.sleep(0.01)
+    assert samples(metrics.render().decode())[("voice_agent_stt_queue_depth", ())] == 1
+    await asyncio.gather(first, *commits)
+    stop()
+    seen = samples(metrics.render().decode())
+    assert seen[("voice_agent_stt_queue_wait_seconds_count", (("kind", "final"),))] == 1
+    assert seen[("voice_agent_stt_queue_wait_seconds_count", (("kind", "commit"),))] == 1
+    assert seen[("voice_agent_stt_queue_wait_seconds_sum", (("kind", "commit"),))] >= 0.03
+    assert seen[("voice_agent_stt_skipped_total", (("kind", "commit"), ("reason", "merged")))] == 2
+    assert not queue.watchers

@@ -307,3 +307,22 @@ async def test_a_withdrawn_answer_is_cancelled_and_its_turn_merged_into_the_new_
     assert h.of(ResponseEnded)[0].reason == "turn_detected"
     assert second.turn != first.turn
     await h.session.close()
+
+
+async def test_commits_faster_than_whisper_merge_into_one_transcription():
+    h = Harness()
+    h.stt.delay = 0.3
+    h.session.handle(SessionUpdate(turn_detection=TurnDetection(MANUAL, create_response=False)))
+    for i in range(8):
+        await h.feed(tone(0.2), realtime=False)
+        h.session.handle(InputCommit(f"c{i}"))
+    h.session.handle(ResponseRequest("r1"))
+    await h.until(lambda: h.of(ResponseEnded), timeout=10)
+    committed = [e.turn for e in h.of(TurnCommitted)]
+    merged = [e.turn for e in h.of(TurnIgnored) if e.merged]
+    assert len(committed) == 8 and merged and set(merged) < set(committed)
+    # Whisper read every commit's audio, each once, in fewer calls than commits: all the words are there.
+    assert h.stt.calls == 8 - len(merged) <= 3
+    assert " ".join(h.finals("user")).count("word") == 8 * 2
+    assert h.llm.requests[0][-1]["content"].count("word") == 8 * 2
+    await h.session.close()

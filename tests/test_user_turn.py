@@ -132,3 +132,77 @@ async def test_a_turn_that_continues_an_earlier_one_starts_its_speech_where_that
     assert (turn.start, turn.speech_start) == (200, 200 + 4800)
     turn.extend_back(900)  # later than its start: nothing moves
     assert (turn.start, turn.speech_start) == (200, 200 + 4800)
+
+
+def a_long_turn(stt, seconds: float = 60.0) -> UserTurn:
+    timeline = AudioTimeline(clock=lambda: 0.0)
+    timeline.append(np.zeros(int(seconds * 16000), np.float32))
+    return UserTurn(1, 0, WINDOW, speech_ms=WINDOW_MS, over_agent=False, timeline=timeline, stt=stt)
+
+
+def speak(turn: UserTurn, until_s: float, pause_every_s: float = 0.0, pause_windows: int = 0) -> None:
+    """Speech windows up to ``until_s``, with a pause of ``pause_windows`` windows every ``pause_every_s``."""
+    end = turn.last_speech
+    spoken = 0
+    while end + WINDOW <= until_s * 16000:
+        end += WINDOW
+        spoken += WINDOW
+        if pause_every_s and spoken >= pause_every_s * 16000:
+            end += pause_windows * WINDOW
+            spoken = 0
+        turn.on_speech(end)
+
+
+async def test_a_turn_under_the_settling_length_is_read_whole_at_each_pause():
+    stt = CountingSTT()
+    turn = a_long_turn(stt)
+    speak(turn, 14.0, pause_every_s=3.0, pause_windows=10)
+    turn.speculate()
+    text, _ = await turn._speculative
+    assert stt.lengths == [turn.last_speech + SPEECH_TAIL_SAMPLES] and text == f"{stt.lengths[0]} samples"
+
+
+async def test_a_long_turn_is_read_in_settled_parts_then_only_the_rest():
+    stt = CountingSTT()
+    turn = a_long_turn(stt)
+    speak(turn, 50.0, pause_every_s=4.0, pause_windows=10)  # 320 ms pauses: each can settle
+    await asyncio.sleep(0.01)
+    parts = list(stt.lengths)
+    # Two parts of 15 s or a little more (cut at the first pause past 15 s), each read once.
+    assert len(parts) == 2 and all(15 * 16000 <= n < 20 * 16000 for n in parts)
+    turn.speculate()
+    text, _ = await turn._speculative
+    rest = turn.last_speech + SPEECH_TAIL_SAMPLES - sum(parts)
+    assert stt.lengths == [*parts, rest] and rest < 20 * 16000
+    assert text == " ".join(f"{n} samples" for n in [*parts, rest])
+    # More speech, another pause: only the rest again, the parts are not read a second time.
+    speak(turn, 52.0)
+    metrics = TurnMetrics(1)
+    text = await turn.final_transcript(metrics)
+    rest = turn.last_speech + SPEECH_TAIL_SAMPLES - sum(parts)
+    assert stt.lengths[len(parts) + 1 :] == [rest]
+    assert text == " ".join(f"{n} samples" for n in [*parts, rest])
+
+
+async def test_a_long_turn_without_pauses_long_enough_is_read_whole():
+    stt = CountingSTT()
+    turn = a_long_turn(stt)
+    speak(turn, 40.0, pause_every_s=2.0, pause_windows=3)  # 96 ms gaps: between words, not phrases
+    turn.speculate()
+    await turn._speculative
+    assert stt.lengths == [turn.last_speech + SPEECH_TAIL_SAMPLES]
+
+
+async def test_a_turn_extended_back_is_settled_again_from_its_new_start():
+    stt = CountingSTT()
+    turn = a_long_turn(stt)
+    turn.start = turn.speech_start = 16000
+    turn._settled_upto = 16000
+    speak(turn, 40.0, pause_every_s=4.0, pause_windows=10)
+    await asyncio.sleep(0.01)
+    assert stt.lengths  # a part was settled
+    turn.extend_back(0)
+    stt.lengths.clear()
+    turn.speculate()
+    await turn._speculative
+    assert stt.lengths == [turn.last_speech + SPEECH_TAIL_SAMPLES]  # whole, from the new start

@@ -208,11 +208,14 @@ class ClientControl:
         """The words of a turn the client committed; they are answered when it asks for a response."""
         session = self._session
         try:
-            text = await session.engines.stt.transcribe(audio)
+            text = await session.stt.committed(audio)
         except Exception:
             log_exception(log, "session %s: transcription failed", session.id)
             session.emit(Error("stt_failed", "transcription failed on the server"))
             text = ""
+        if text is None:  # the client's next commit came before Whisper read this one: it reads both
+            session.emit(TurnIgnored(turn_id, merged=True))
+            return ""
         if has_words(text):
             session.emit(Transcript("user", text, final=True))
         else:

@@ -92,6 +92,23 @@ class Settings:
         "stt",
     )
 
+    # Whisper's share per session (stt_queue.py): half a worker, a quarter of the default pool of two. A
+    # normal session stays under it: a spoken question costs 3 to 5 calls, 0.5 to 0.8 s of Whisper (the
+    # bystander of tests/test_attacks.py), and a 25 s monologue of sentences took 11.7 s of Whisper in 31 s,
+    # 0.47 a second while it lasted, on a 2-core machine loaded by other work (calls are charged by the clock,
+    # so load makes them dearer). The burst covers a long turn's peak, a partial of all its audio every half
+    # second until it settles (user_turn.py). At a quarter of a worker and a 5 s burst, that monologue would
+    # have spent all but a second of its budget, and the attack tests' bystander answered no faster.
+    stt_budget: float = _opt(
+        0.5,
+        "Whisper worker-seconds a session may use per second, sustained; past its budget its partial "
+        "transcripts are dropped and its other transcriptions wait. 0 means no limit.",
+        "stt",
+    )
+    stt_budget_burst_s: float = _opt(
+        10.0, "Whisper worker-seconds a session may use at once before --stt-budget holds it back.", "stt"
+    )
+
     preemptive_generation: bool = _opt(
         True,
         "Start answering the speculative transcript during the pause, and release the "

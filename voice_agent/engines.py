@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from .config import Settings
 from .interfaces import STTBackend, TTSBackend, VADBackend
@@ -12,6 +12,7 @@ from .llm.base import LLMBackend
 from .phrase_cache import PhraseCache
 from .smart_turn import SmartTurn
 from .stt import WhisperSTT
+from .stt_queue import STTQueue
 from .tts import PiperTTS
 from .vad import SileroVAD
 
@@ -25,6 +26,12 @@ class Engines:
     llm: LLMBackend
     tts: TTSBackend
     smart_turn: SmartTurn | None = None  # the optional audio end-of-turn model (--smart-turn-model)
+    # Every session's Whisper calls go through it, in turn and within a budget. It looks ``stt`` up at each
+    # call, so a test may swap the model.
+    stt_queue: STTQueue = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.stt_queue = STTQueue(lambda: self.stt)
 
     async def warm_up(self) -> None:
         started = time.perf_counter()
@@ -34,6 +41,7 @@ class Engines:
         log.info("warm-up done in %.1f s", time.perf_counter() - started)
 
     async def close(self) -> None:
+        await self.stt_queue.close()
         for engine in (self.stt, self.llm, self.tts):
             await engine.close()
         if self.smart_turn is not None:
@@ -115,4 +123,8 @@ def load_engines(settings: Settings) -> Engines:
         log.info("loading Smart Turn %s", settings.smart_turn_model)
         smart_turn = SmartTurn(settings.smart_turn_model)
     log.info("models loaded in %.1f s", time.perf_counter() - started)
-    return Engines(vad=vad, stt=stt, llm=llm, tts=tts, smart_turn=smart_turn)
+    engines = Engines(vad=vad, stt=stt, llm=llm, tts=tts, smart_turn=smart_turn)
+    engines.stt_queue = STTQueue(
+        lambda: engines.stt, settings.stt_workers, settings.stt_budget, settings.stt_budget_burst_s
+    )
+    return engines

@@ -582,7 +582,7 @@ class Interruptions:
             if cleaned is None:
                 return ""
             audio, spoken_ms = cleaned, float(speech.sum()) * WINDOW_MS
-        reading = await self._session.engines.stt.read(audio)
+        reading = await self._session.stt.read(audio)
         return "" if judge_noise and self._is_noise(reading, spoken_ms) else reading.text
 
     def _is_noise(self, reading: Reading, spoken_ms: float) -> bool:
@@ -628,7 +628,7 @@ class Interruptions:
                         session.reply.resume("no new speech with the echo out")
                     return
                 audio = cleaned
-            reading = await session.engines.stt.read(audio)
+            reading = await session.stt.read(audio)
             log.log(
                 logs.words_level(),
                 "session %s: barge-in check after %.0f ms of speech, %s: %s",

@@ -23,10 +23,11 @@ from .audio import PIPELINE_RATE, StreamResampler
 from .config import Settings
 from .echo_reference import INPUT_SAMPLES as ECHO_INPUT_SAMPLES
 from .echo_suppression import FIT_S as ECHO_FIT_S
-from .interfaces import SpeechStream, STTBackend
+from .interfaces import SpeechStream
 from .log import log_exception
 from .pause_habit import MIN_PAUSE_MS, PauseHabit
 from .protocols.events import OutputEvent, Transcript
+from .stt_queue import SessionSTT
 from .timeline import AudioTimeline
 from .turn import Completeness, TurnDetector, TurnSignals, classify
 from .user_turn import UserTurn
@@ -115,7 +116,7 @@ class Listener:
         self,
         settings: Settings,
         vad: SpeechStream,
-        stt: Callable[[], STTBackend],
+        stt: Callable[[], SessionSTT],
         emit: Callable[[OutputEvent], None],
         turn_taker: TurnTaker,
         session_id: str = "",
@@ -266,13 +267,16 @@ class Listener:
             return
         interval = self.settings.partial_interval_ms * PIPELINE_RATE // 1000
         if turn.last_speech - turn.partial_upto >= interval:
-            self._partial_task = asyncio.create_task(self._partial(turn, turn.audio(), turn.last_speech))
+            self._partial_task = asyncio.create_task(self._partial(turn, turn.last_speech))
 
-    async def _partial(self, turn: UserTurn, audio: np.ndarray, upto: int) -> None:
+    async def _partial(self, turn: UserTurn, upto: int) -> None:
         try:
-            text = await self._stt().transcribe(audio)
+            text = await turn.words(upto, self._stt().partial)
         except Exception:  # a partial is optional; the final transcription will tell
             log_exception(log, "session %s: partial transcription failed", self._id)
+            return
+        if text is None:  # dropped (the session's Whisper budget, a deep queue): the next waits for more speech
+            turn.partial_upto = max(turn.partial_upto, upto)
             return
         if self.turn is turn and upto > turn.partial_upto and text:
             turn.partial_upto = upto

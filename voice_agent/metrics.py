@@ -13,6 +13,7 @@ import contextlib
 import logging
 import sys
 from collections.abc import Callable, Iterable, Iterator
+from typing import TYPE_CHECKING
 
 from prometheus_client import (
     CollectorRegistry,
@@ -26,6 +27,9 @@ from prometheus_client.core import CounterMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from .protocols.events import Clear, Error, Metrics, OutputEvent
+
+if TYPE_CHECKING:
+    from .stt_queue import Kind, STTQueue
 
 log = logging.getLogger(__name__)
 
@@ -105,6 +109,36 @@ class ServerMetrics:
         # Told each turn's voice-to-voice, in seconds: the capacity model judges the latency budget by it.
         self.on_voice_to_voice: Callable[[float], None] | None = None
         r.register(_ReportsDropped())
+
+        self.stt_wait = Histogram(
+            "voice_agent_stt_queue_wait_seconds",
+            "How long a transcription waited for a Whisper worker, by kind: final, partial, commit, check.",
+            ["kind"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.stt_depth = Gauge(
+            "voice_agent_stt_queue_depth", "Transcriptions waiting for a Whisper worker.", registry=r
+        )
+        self.stt_skips = Counter(
+            "voice_agent_stt_skipped",
+            "Transcriptions asked for that never ran, by kind and reason: over_budget, queue_deep, replaced "
+            "(by the session's newer request), merged (a commit into the next), cancelled.",
+            ["kind", "reason"],
+            registry=r,
+        )
+
+    def watch_stt(self, queue: STTQueue) -> Callable[[], None]:
+        """Count what ``queue`` does from now on; returns what stops it."""
+        queue.watchers.append(self)
+        self.stt_depth.set_function(queue.depth)
+        return lambda: queue.watchers.remove(self)
+
+    def stt_started(self, kind: Kind, waited_s: float) -> None:
+        self.stt_wait.labels(kind.value).observe(waited_s)
+
+    def stt_skipped(self, kind: Kind, reason: str) -> None:
+        self.stt_skips.labels(kind.value, reason).inc()
 
     @contextlib.contextmanager
     def session(self) -> Iterator[None]:

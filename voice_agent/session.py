@@ -79,9 +79,8 @@ class Session:
         self.clock = clock
         self.interruptions = Interruptions(self, BargeInPolicy.from_settings(settings))
         self.emit = self.interruptions.watching_output(emit if agent is None else agent.recorded(emit))
-        self.listener = Listener(
-            settings, engines.vad.stream(), lambda: self.engines.stt, self.emit, self, session_id, clock
-        )
+        self.stt = engines.stt_queue.session(session_id)  # this session's Whisper calls, in turn with the others'
+        self.listener = Listener(settings, engines.vad.stream(), lambda: self.stt, self.emit, self, session_id, clock)
         self.merge = TurnMerge(self)
         self.conversation = Conversation.from_settings(
             settings, lambda messages: self.engines.llm.prefill(messages), session_id, token_counter(engines.llm)
@@ -415,6 +414,7 @@ class Session:
             await asyncio.gather(task, return_exceptions=True)
         await self.listener.close()
         await self.interruptions.close()
+        self.stt.close()
         await self.conversation.close()
         if self.agent is not None:
             await self.agent.close()

@@ -57,6 +57,7 @@ import httpx
 import numpy as np
 
 from .audio import PIPELINE_RATE, float_to_int16, resample
+from .log import log_exception
 from .protocols.events import (
     AgentAudio,
     AudioReceived,
@@ -172,7 +173,7 @@ class _WavFile:
             # Raw: writeframes would seek back and patch the header on every call.
             self._wave.writeframesraw(frames)
         except OSError:
-            log.exception("writing the recording %s failed; the rest of it is dropped", self._partial)
+            log_exception(log, "writing the recording %s failed; the rest of it is dropped", self._partial)
             self.failed = True
             self._discard()
 
@@ -189,7 +190,7 @@ class _WavFile:
             else:
                 self._partial.unlink()
         except OSError:
-            log.exception("finishing the recording %s failed", self._partial)
+            log_exception(log, "finishing the recording %s failed", self._partial)
             self.failed = True
             self._discard()
 
@@ -486,7 +487,7 @@ def _write_and_trim(report: SessionReport, directory: Path, retention: Retention
         write_report(report, directory)
         enforce_retention(directory, retention)
     except OSError:
-        log.exception("session %s: writing the session report to %s failed", report.session_id, directory)
+        log_exception(log, "session %s: writing the session report to %s failed", report.session_id, directory)
 
 
 def write_report(report: SessionReport, directory: Path) -> Path:
@@ -546,7 +547,7 @@ class _Posting:
             try:
                 await post_report(report, url, client=self.client)
             except Exception:
-                log.exception("session %s: posting the report failed", report.session_id)
+                log_exception(log, "session %s: posting the report failed", report.session_id)
             finally:
                 self.queue.task_done()
 

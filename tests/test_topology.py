@@ -36,10 +36,10 @@ from voice_agent.topology import GATEWAY_HEADER, Topology, haproxy_config
 
 LONG_QUESTION = "Tell me a story about a dragon who learns to fly."
 # Short answers keep the calls quick; greedy decoding keeps them the same from run to run. Every call
-# comes from this machine's address, which HAProxy forwards: no per-address limit. Calls wait quietly
-# while the others are checked: no idle timeout. Admission by load is
-# off: on a shared 2-core machine two gateways and the LLM may well pass the latency budget, and a gateway
-# that says so is taken out of rotation (tests/test_capacity.py tests that); this test is about the rest.
+# comes from this machine's address, which HAProxy forwards: no per-address limits. Calls wait quietly
+# while the others are checked: no idle timeout. Admission by load is off: on a shared 2-core machine
+# two gateways and the LLM may well pass the latency budget, and a gateway that says so is taken out of
+# rotation (tests/test_capacity.py tests that); this test is about the rest.
 GATEWAY_ARGS = (
     *("--llm-temperature", "0", "--llm-max-tokens", "40"),
     *("--shutdown-grace-s", "30", "--idle-timeout-s", "0"),
@@ -51,15 +51,14 @@ GATEWAY_ARGS = (
 STANDIN_ARGS = ("--llm-instances", "1", "--llm-temperature", "0")
 
 
-def test_the_haproxy_config_checks_readyz_and_keeps_websockets_open():
+def test_the_haproxy_config_checks_readyz_and_keeps_websockets_open(tmp_path):
     config = haproxy_config(8080, [8101, 8102], 8404)
     assert "option httpchk GET /readyz" in config and "http-check expect status 200" in config
     assert "timeout tunnel 1h" in config and "balance leastconn" in config
     assert "server gw1 127.0.0.1:8101 check" in config and "server gw2 127.0.0.1:8102 check" in config
     haproxy = shutil.which("haproxy")
     if haproxy is not None:  # the e2e test below runs it; here only its own check, when it is installed
-        path = ARTIFACTS / "haproxy-check.cfg"
-        ARTIFACTS.mkdir(exist_ok=True)
+        path = tmp_path / "haproxy.cfg"
         path.write_text(config)
         assert subprocess.run([haproxy, "-c", "-q", "-f", str(path)]).returncode == 0
 

@@ -442,8 +442,8 @@ class Settings:
         "limits",
     )
     # Admission by measured load (voice_agent/capacity.py, docs/operations.md)
-    # Half the cores: turns come in bursts. At 0.5 the server's own estimate matched the knee measured on
-    # the 2-core machine, 4 sessions (docs/results/capacity.md).
+    # Half the cores: turns come in bursts. At 0.5 the server's own estimate came within one session of the
+    # knee measured on the 2-core machine, 3 or 4 sessions (docs/results/capacity.md).
     capacity_target: float = _opt(
         0.5,
         "Admit a session only while the predicted CPU use with it, at each session's measured cost, stays "

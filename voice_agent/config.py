@@ -441,6 +441,28 @@ class Settings:
         "cannot take every slot; further streams are closed with 1013. 0 means only --max-sessions applies.",
         "limits",
     )
+    # Admission by measured load (voice_agent/capacity.py, docs/operations.md)
+    # Half the cores: turns come in bursts. At 0.5 the server's own estimate came within one session of the
+    # knee measured on the 2-core machine, 3 or 4 sessions (docs/results/capacity.md).
+    capacity_target: float = _opt(
+        0.5,
+        "Admit a session only while the predicted CPU use with it, at each session's measured cost, stays "
+        "within this share of --cpu-cores; past it /readyz answers 503 and new connections get 1013 "
+        "'overloaded; retry after 5 s'. 0: no such limit.",
+        "limits",
+    )
+    latency_budget_ms: int = _opt(
+        1000,
+        "Admit a session only while the median voice-to-voice of the last minute's turns stays within this; "
+        "past it /readyz answers 503 and new connections get 1013 'over_budget; retry after 5 s'. 0: no such limit.",
+        "limits",
+    )
+    cpu_cores: float = _opt(
+        0.0,
+        "The cores this process may use, for --capacity-target (set it to a container's CPU limit). "
+        "0: the cores the process may run on.",
+        "limits",
+    )
 
     # Access control (see docs/operations.md)
     auth_token: str = _opt(

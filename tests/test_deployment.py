@@ -38,7 +38,7 @@ def test_the_image_runs_the_gpu_defaults():
     assert settings["HOST"] == "0.0.0.0"
     assert 'ENTRYPOINT ["voice-agent", "serve"]' in DOCKERFILE
     assert re.search(r"^USER (?!root|0\b)", DOCKERFILE, re.M), "runs as a non-root user"
-    assert "HEALTHCHECK" in DOCKERFILE and "/readyz" in DOCKERFILE
+    assert "HEALTHCHECK" in DOCKERFILE and "/healthz" in DOCKERFILE  # liveness: a busy server is not restarted
 
 
 # Flags of other programs that the documents show: docker run, and vllm serve.

@@ -21,6 +21,7 @@ from voice_agent.protocols.events import (
     SessionConfig,
     SessionUpdate,
     SpeechStarted,
+    TextReceived,
     Transcript,
     Truncated,
     TruncateRequest,
@@ -167,6 +168,25 @@ async def test_response_cancel_stops_the_answer_and_says_so():
     sent = len(h.of(AgentAudio))
     await asyncio.sleep(0.2)
     assert len(h.of(AgentAudio)) == sent
+    await h.session.close()
+
+
+async def test_the_cancel_reason_belongs_to_the_answer_that_was_cancelled():
+    """A client's response.cancel once does not make a later answer, cut by a typed turn, "client_cancelled"."""
+    h = Harness(answer=" ".join(f"w{i}." for i in range(40)))
+    h.session.handle(UserText("Talk."))
+    h.session.handle(ResponseRequest())
+    await h.until(lambda: len(h.of(AgentAudio)) > 5)
+    h.session.handle(ResponseCancel("c1"))
+    await h.until(lambda: h.of(ResponseEnded))
+    h.session.handle(TextReceived("Talk again."))
+    await h.until(lambda: len(h.of(ResponseStarted)) == 2 and len(h.of(AgentAudio)) > 15)
+    h.session.handle(TextReceived("Stop."))  # a typed turn interrupts the second answer
+    await h.until(lambda: len(h.of(ResponseEnded)) == 2)
+    assert [(e.status, e.reason) for e in h.of(ResponseEnded)] == [
+        ("cancelled", "client_cancelled"),
+        ("cancelled", "turn_detected"),
+    ]
     await h.session.close()
 
 

@@ -24,6 +24,7 @@ from .audio import PIPELINE_RATE
 from .config import Settings
 from .llm.base import Message
 from .protocols.events import (
+    CLIENT_CANCELLED,
     Error,
     InputClear,
     InputCleared,
@@ -244,8 +245,7 @@ class ClientControl:
         if self._session.answer is None:
             self._session.emit(Error("response_cancel_not_active", "there is no response to cancel", event.event_id))
             return
-        self._session.cancel_reason = "client_cancelled"
-        self._session.interrupt()
+        self._session.interrupt(CLIENT_CANCELLED)
 
     def _on_truncate(self, event: TruncateRequest) -> None:
         spoken = self._spoken.get(event.response)

@@ -24,6 +24,7 @@ from .listener import Listener
 from .llm.base import Message
 from .llm.scripted import ScriptedLLM
 from .protocols.events import (
+    TURN_DETECTED,
     AudioReceived,
     Clear,
     Error,
@@ -89,7 +90,6 @@ class Session:
         self._input_seen = False
         self.closed = False
         self._answer_number = 0
-        self.cancel_reason = ""  # why the answer under way is cancelled, for ResponseEnded
         self._unreported_end: ResponseEnded | None = None  # an answer a new turn cancelled, told after it
 
     @property
@@ -222,8 +222,8 @@ class Session:
             self.emit(self._unreported_end)
             self._unreported_end = None
 
-    def interrupt(self) -> None:
-        """Stop the agent now: every stage, the client's buffer, and the history."""
+    def interrupt(self, reason: str = TURN_DETECTED) -> None:
+        """Stop the agent now: every stage, the client's buffer, and the history. ``reason``: see :meth:`cancel_answer`."""
         reply = self.reply
         if reply is not None and reply.started_audio:
             self.emit(Clear())
@@ -232,15 +232,18 @@ class Session:
             self._remember(reply, heard, interrupted=True)
         elif reply is not None and self.agent is not None:
             self._remember(reply, "", interrupted=True)  # its tool calls happened: they stay in the history
-        self.cancel_answer()
+        self.cancel_answer(reason=reason)
 
-    def cancel_answer(self, report: bool = True) -> asyncio.Task | None:
-        """Cancel the answer under way; a client hears that it ended now, not once its stages have wound down."""
+    def cancel_answer(self, report: bool = True, reason: str = TURN_DETECTED) -> asyncio.Task | None:
+        """Cancel the answer under way; a client hears that it ended now, not once its stages have wound down.
+
+        ``reason`` is this answer's, told with its end: a new user turn (``TURN_DETECTED``: speech, typed
+        text) or the client's ``CLIENT_CANCELLED``."""
         answer, self._answer = self._answer, None
         if answer is None:
             return None
         if answer.number is not None:
-            ended = ResponseEnded(answer.number, "cancelled", self.cancel_reason)
+            ended = ResponseEnded(answer.number, "cancelled", reason)
             if report:
                 self.emit(ended)
             else:

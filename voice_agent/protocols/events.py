@@ -263,11 +263,16 @@ class ResponseStarted:
     response: int
 
 
+# Why an answer was cancelled (ResponseEnded.reason).
+TURN_DETECTED = "turn_detected"  # the user took a turn: speech, typed text
+CLIENT_CANCELLED = "client_cancelled"  # the client cancelled it (response.cancel)
+
+
 @dataclass(frozen=True)
 class ResponseEnded:
     response: int
     status: str  # "completed", "cancelled" or "failed"
-    reason: str = ""  # for "cancelled": "turn_detected" or "client_cancelled"
+    reason: str = ""  # for "cancelled": TURN_DETECTED or CLIENT_CANCELLED
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import socket
 import time
 
@@ -52,8 +53,8 @@ async def refused_status(url: str, **kwargs) -> int | None:
         return refused.response.status_code
 
 
-async def connect(base_url: str, source: str | None = None, rcvbuf: int | None = None, **kwargs):
-    """A raw authorized WebSocket, optionally from another loopback address or with a small receive buffer."""
+async def connect(base_url: str, source: str | None = None, rcvbuf: int | None = None, path: str = "/ws", **kwargs):
+    """A raw authorized WebSocket (to ``path``), optionally from another loopback address or with a small receive buffer."""
     sock = None
     if source or rcvbuf:
         sock = socket.socket()
@@ -64,7 +65,7 @@ async def connect(base_url: str, source: str | None = None, rcvbuf: int | None =
         port = int(base_url.rsplit(":", 1)[1])
         await asyncio.get_running_loop().sock_connect(sock, ("127.0.0.1", port))
     return await websockets.connect(
-        f"{ws_base(base_url)}/ws", additional_headers=BEARER, sock=sock, open_timeout=10, **kwargs
+        f"{ws_base(base_url)}{path}", additional_headers=BEARER, sock=sock, open_timeout=10, **kwargs
     )
 
 
@@ -251,6 +252,96 @@ async def test_text_turns_are_rate_limited(target):
     await attack_text_flood(target[0])
 
 
+# The Realtime endpoint.
+
+REALTIME = "/v1/realtime?model=attack"
+
+
+def user_item(text: str) -> dict:
+    return {
+        "type": "conversation.item.create",
+        "item": {"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]},
+    }
+
+
+def is_realtime(kind: str):
+    return lambda m: isinstance(m, dict) and m.get("type") == kind
+
+
+def realtime_errors(received: list) -> list[dict]:
+    return [m["error"] for m in received if isinstance(m, dict) and m.get("type") == "error"]
+
+
+async def attack_realtime_echo(base_url: str, log_path: str, source: str | None = None) -> None:
+    """50 KB values wherever a Realtime error could echo them: every error stays short, and so does the log."""
+    huge = "A\nFORGED ERROR root: admin logged in " * 1400
+    async with await connect(base_url, source, path=REALTIME) as ws:
+        await messages_until(ws, is_realtime("session.created"), 10)
+        log_size = os.path.getsize(log_path)
+        attacks = [
+            {"type": huge},
+            {"type": "conversation.item.create", "item": {"type": huge}},
+            {"type": "conversation.item.create", "item": {"type": "message", "role": huge, "content": []}},
+            {**user_item("Hi"), "item": {**user_item("Hi")["item"], "id": huge}},
+            {"type": "conversation.item.truncate", "item_id": huge, "audio_end_ms": 0},
+            {"type": "session.update", "session": {"audio": {"input": {"turn_detection": {"type": huge}}}}},
+            {"type": "session.update", "session": {"audio": {"output": {"voice": huge}}}},
+            {"type": "response.cancel", "event_id": huge},
+        ]
+        for attack in attacks:
+            await ws.send(json.dumps(attack))
+        received: list = []
+        deadline = time.monotonic() + 15
+        while len(realtime_errors(received)) < len(attacks) and time.monotonic() < deadline:
+            received += await messages_until(ws, is_realtime("error"), deadline - time.monotonic())
+        assert len(realtime_errors(received)) == len(attacks), realtime_errors(received)
+        for error in realtime_errors(received):
+            assert len(error["message"]) < 300 and "\n" not in error["message"], error
+            assert error["event_id"] is None or len(error["event_id"]) < 100
+        assert all(len(json.dumps(m)) < 5000 for m in received if isinstance(m, dict))
+    await asyncio.sleep(0.5)
+    assert os.path.getsize(log_path) - log_size < 20_000  # the log holds no echo of them either
+    assert not [line for line in open(log_path).read().splitlines() if line.startswith("FORGED")]
+
+
+async def test_realtime_errors_echo_no_huge_value(target):
+    await attack_realtime_echo(*target)
+
+
+async def attack_realtime_pending_text(base_url: str, source: str | None = None) -> None:
+    """Typed text piled up without asking for a response: past the server's cap on its characters, refused."""
+    async with await connect(base_url, source, path=REALTIME) as ws:
+        await messages_until(ws, is_realtime("session.created"), 10)
+        for i in range(5):  # 2000 characters each, the most one item may hold; 8000 may wait
+            await ws.send(json.dumps({**user_item(f"{i} " + "word " * 399), "event_id": f"p{i}"}))
+            await asyncio.sleep(1.1)  # within the text-turn rate
+        received = await messages_until(ws, is_realtime("error"), 10)
+        assert [(e["code"], e["event_id"]) for e in realtime_errors(received)] == [("pending_text_too_long", "p4")]
+        assert len([m for m in received if is_realtime("conversation.item.added")(m)]) == 4
+
+
+async def test_realtime_text_waiting_for_a_response_is_capped(target):
+    await attack_realtime_pending_text(target[0])
+
+
+async def attack_realtime_text_flood(base_url: str, source: str | None = None) -> None:
+    """Text items and response.create as fast as a client can send them count as /ws text turns do."""
+    async with await connect(base_url, source, path=REALTIME) as ws:
+        await messages_until(ws, is_realtime("session.created"), 10)
+        for i in range(10):
+            await ws.send(json.dumps(user_item(f"Question number {i}?")))
+            await ws.send(json.dumps({"type": "response.create"}))
+        received = await messages_until(ws, is_realtime("response.done"), 60)
+        codes = [e["code"] for e in realtime_errors(received)]
+        assert codes.count("text_rate_exceeded") >= 14, codes
+        assert len([m for m in received if is_realtime("conversation.item.added")(m)]) <= 4
+        assert len([m for m in received if is_realtime("response.created")(m)]) == 1
+
+
+async def test_realtime_text_items_and_responses_are_rate_limited(target):
+    await attack_realtime_text_flood(target[0])
+
+
 async def attack_byte_flood(base_url: str, source: str | None = None) -> None:
     async with await connect(base_url, source) as ws:
         frame = b"\x00" * (64 * 1024)
@@ -359,6 +450,8 @@ async def test_a_normal_session_answers_while_every_attack_runs(target):
         attack_log_injection(base_url, log_path, "127.0.0.13"),
         attack_byte_flood(base_url, "127.0.0.14"),
         attack_compression(base_url, "127.0.0.15"),
+        attack_realtime_echo(base_url, log_path, "127.0.0.16"),
+        attack_realtime_pending_text(base_url, "127.0.0.18"),
         # No attack here asks the LLM anything. An answer to another session is ordinary load, which on two
         # shared cores slowed this session's answer from 0.9 s to 5.0 s (attack_start_after_text's long
         # answer) and from 1.2 to 3.7 s (a short one) in two runs: capacity, bounded by the text-turn rate

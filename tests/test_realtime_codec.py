@@ -193,17 +193,23 @@ def test_buffer_and_response_control_events():
         type="conversation.item.create",
         event_id="e",
         item={"type": "message", "role": "user", "content": [{"type": "input_text", "text": " What's  on the menu? "}]},
-    ) == [UserText("What's on the menu?", "e")]
+    ) == [UserText("What's on the menu?", "e", "item_000002")]  # our id: the client gave none
 
 
 def test_a_user_text_item_keeps_the_client_id():
     codec = RealtimeProtocol()
-    receive(
+    assert receive(
         codec,
         type="conversation.item.create",
         item={"id": "my_item", "type": "message", "role": "user", "content": [{"type": "input_text", "text": "Hi"}]},
+    ) == [UserText("Hi", "", "my_item")]
+    (text,) = receive(
+        codec,
+        type="conversation.item.create",
+        item={"id": "x" * 65, "type": "message", "role": "user", "content": [{"type": "input_text", "text": "Hi"}]},
     )
-    added, done = send(codec, UserTextAdded("Hi"))
+    assert text.code == "invalid_value" and len(text.message) < 100
+    added, done = send(codec, UserTextAdded("Hi", "my_item"))
     assert added["type"] == "conversation.item.added" and done["type"] == "conversation.item.done"
     assert added["item"]["id"] == "my_item" and added["item"]["content"] == [{"type": "input_text", "text": "Hi"}]
 
@@ -284,6 +290,29 @@ def test_bad_input_becomes_an_error_event_never_an_exception(text, code):
     assert errors[0].message
     if '"event_id": "x"' in text:
         assert errors[0].event_id == "x"
+
+
+HUGE = "A\n" * 150_000  # 300 KB, with newlines that would forge log lines
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        {"type": HUGE},
+        {"type": "conversation.item.create", "item": {"type": HUGE, "content": []}},
+        {"type": "conversation.item.create", "item": {"type": "message", "role": HUGE, "content": []}},
+        {"type": "conversation.item.create", "item": {"id": HUGE, "role": "user", "content": [{"text": "Hi"}]}},
+        {"type": "conversation.item.truncate", "item_id": HUGE, "audio_end_ms": 0},
+        {"type": "session.update", "session": {"audio": {"input": {"format": {"type": HUGE}}}}},
+        {"type": "session.update", "session": {"turn_detection": {"type": HUGE}}},
+        {"type": "response.cancel"},
+    ],
+)
+def test_no_error_echoes_a_huge_client_value(message):
+    events = RealtimeProtocol().receive_text(json.dumps({"event_id": HUGE, **message}))
+    assert events and all(e.event_id == "" for e in events)  # an id that long is not echoed
+    errors = [e for e in events if isinstance(e, ProtocolError)]
+    assert all(len(e.message) < 300 and "\n" not in e.message for e in errors), errors
 
 
 def test_instructions_need_the_servers_leave_and_chat_markup_is_refused():

@@ -327,3 +327,19 @@ async def test_a_withdrawn_answer_is_cancelled_and_its_turn_merged_into_the_new_
     assert h.of(ResponseEnded)[0].reason == "turn_detected"
     assert second.turn != first.turn
     await h.session.close()
+
+
+async def test_text_waiting_for_a_response_is_capped_in_items_and_characters():
+    h = Harness(max_pending_items=3, max_pending_chars=50)
+    for i in range(4):
+        h.session.handle(UserText(f"Item {i}.", f"t{i}", f"item_{i}"))
+    assert [e.item_id for e in h.of(UserTextAdded)] == ["item_0", "item_1", "item_2"]
+    assert [(e.code, e.event_id) for e in h.of(Error)] == [("too_many_pending_items", "t3")]
+    h.session.handle(ResponseRequest())  # takes the three
+    await h.until(lambda: h.of(ResponseEnded))
+    assert h.llm.requests[0][-1] == {"role": "user", "content": "Item 0. Item 1. Item 2."}
+    h.session.handle(UserText("x" * 30, "long1"))
+    h.session.handle(UserText("y" * 30, "long2"))  # 60 characters would wait
+    assert [(e.code, e.event_id) for e in h.of(Error)][-1] == ("pending_text_too_long", "long2")
+    assert len(h.of(UserTextAdded)) == 4
+    await h.session.close()

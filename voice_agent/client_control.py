@@ -23,6 +23,7 @@ import numpy as np
 from .audio import PIPELINE_RATE
 from .config import Settings
 from .llm.base import Message
+from .printable import printable
 from .protocols.events import (
     CLIENT_CANCELLED,
     Error,
@@ -117,14 +118,33 @@ class ClientControl:
             self._session.listener.clear()
             self._session.emit(InputCleared())
         elif isinstance(event, UserText):
-            self.add_input(event.text)
-            self._session.emit(UserTextAdded(event.text))
+            self._on_text(event)
         elif isinstance(event, ResponseRequest):
             self._on_response_request(event)
         elif isinstance(event, ResponseCancel):
             self._on_cancel(event)
         elif isinstance(event, TruncateRequest):
             self._on_truncate(event)
+
+    def _on_text(self, event: UserText) -> None:
+        """Typed text waits for a response: a bounded number of items, and of characters, so a client cannot
+        pile up work (and memory) the next answer would take all at once."""
+        settings = self._server_settings
+        if 0 < settings.max_pending_items <= len(self._inputs):
+            message = f"{len(self._inputs)} items already wait for a response; ask for one first. Ignored"
+            self._session.emit(Error("too_many_pending_items", message, event.event_id))
+            return
+        waiting = sum(len(item.result()) for item in self._ready())
+        if 0 < settings.max_pending_chars < waiting + len(event.text):
+            message = f"over {settings.max_pending_chars} characters of text would wait for a response. Ignored"
+            self._session.emit(Error("pending_text_too_long", message, event.event_id))
+            return
+        self.add_input(event.text)
+        self._session.emit(UserTextAdded(event.text, event.item_id))
+
+    def _ready(self) -> list[asyncio.Future[str]]:
+        """User input waiting for an answer whose words are known already."""
+        return [item for item in self._inputs if item.done() and not item.cancelled() and item.exception() is None]
 
     def add_input(self, text: str) -> None:
         """User words the client will ask a response to (typed text, a turn it answers itself)."""
@@ -134,7 +154,7 @@ class ClientControl:
 
     def take_ready_input(self) -> str:
         """The words of user input waiting for an answer that are known already, taken off the queue."""
-        ready = [item for item in self._inputs if item.done() and not item.cancelled() and item.exception() is None]
+        ready = self._ready()
         self._inputs = [item for item in self._inputs if item not in ready]
         return " ".join(t for t in (item.result() for item in ready) if has_words(t))
 
@@ -163,7 +183,7 @@ class ClientControl:
         if event.instructions is not None:
             session.conversation.system_prompt = event.instructions
         if event.voice is not None and event.voice != self.voice:
-            message = f"unknown voice {event.voice!r}; this server has {self.voice!r}, which the session keeps"
+            message = f"unknown voice {printable(event.voice)}; this server has {self.voice!r}, which the session keeps"
             session.emit(Error("invalid_voice", message, event.event_id))
         if event.turn_detection is not None:
             self._set_turn_detection(event.turn_detection)

@@ -28,7 +28,17 @@ from .engines import Engines
 from .limits import ClientLimits, Deadlines, Slot
 from .metrics import ServerMetrics
 from .printable import printable
-from .protocols.events import AudioReceived, CallEnded, Error, InputEvent, OutputEvent, TextReceived, Transcript
+from .protocols.events import (
+    AudioReceived,
+    CallEnded,
+    Error,
+    InputEvent,
+    OutputEvent,
+    ResponseRequest,
+    TextReceived,
+    Transcript,
+    UserText,
+)
 from .session import Session
 
 if TYPE_CHECKING:  # imported when a session serves an agent: the plain server loads none of it
@@ -45,6 +55,10 @@ OUTBOX_LIMIT = 1000
 SEND_TIMEOUT_S = 5.0
 FLUSH_S = 2.0  # how long a closing session may take to send what it already emitted
 CLOSE_S = 2.0  # how long the close frame may wait for room; the session ends either way
+
+# What counts against the text-turn rate: each asks the LLM for an answer, or adds words an answer will take
+# (a Realtime client's text item and response.create).
+TEXT_TURNS = (TextReceived, UserText, ResponseRequest)
 
 _DEADLINE_CLOSE = {
     Deadlines.IDLE: "idle timeout",
@@ -216,7 +230,7 @@ def _receive_message(message: dict, codec: Codec, session: Session, limits: Clie
                         )
                     )
                 continue
-        elif isinstance(event, TextReceived):
+        elif isinstance(event, TEXT_TURNS):
             limits.deadlines.touch()
             if not limits.texts.take(1):
                 # Each text turn is an LLM request: one a second at most, and a new one cancels the last.

@@ -112,6 +112,7 @@ class UserText:
 
     text: str
     event_id: str = ""
+    item_id: str = ""  # the codec's id for the item, told back in UserTextAdded
 
 
 @dataclass(frozen=True)
@@ -254,6 +255,7 @@ class InputCleared:
 @dataclass(frozen=True)
 class UserTextAdded:
     text: str
+    item_id: str = ""  # UserText's
 
 
 @dataclass(frozen=True)

@@ -40,6 +40,7 @@ from ..audio import (
     mulaw_encode,
     pcm16_to_float,
 )
+from ..printable import printable
 from .client_options import screen_prompt_options, user_text_error
 from .events import (
     MANUAL,
@@ -84,6 +85,7 @@ MAX_TOKENS = 4096  # the Realtime API's own bound on max_output_tokens
 EAGERNESS = ("low", "medium", "high", "auto")
 # Items whose ids a later event may name (truncate, a merged turn): more than any client keeps unplayed.
 REMEMBERED_ITEMS = 64
+MAX_ID_CHARS = 64  # a client's item and event ids, echoed back: longer than the SDKs make
 
 
 @dataclass(frozen=True)
@@ -155,7 +157,6 @@ class _Conversation:
     last_item: str | None = None
     speaking: _UserItem | None = None  # speech started, not committed yet
     committed: deque[_UserItem] = field(default_factory=deque)  # waiting for their transcripts
-    text_item_ids: deque[str] = field(default_factory=deque)  # client ids of user text not added yet
     response: _Response | None = None
     responses: OrderedDict[str, int] = field(default_factory=OrderedDict)  # item id -> response number
     user_items: OrderedDict[int, str] = field(default_factory=OrderedDict)  # turn -> item id, recent turns
@@ -196,11 +197,12 @@ class RealtimeProtocol:
         except InvalidJSON as invalid:
             return [ProtocolError(invalid.code, invalid.message)]
         event_id = message.get("event_id")
-        event_id = event_id if isinstance(event_id, str) else ""
+        # Echoed in every error about the event: an id longer than any client makes is not echoed at all.
+        event_id = event_id if isinstance(event_id, str) and len(event_id) <= MAX_ID_CHARS else ""
         kind = message.get("type")
         handler = _HANDLERS.get(kind) if isinstance(kind, str) else None
         if handler is None:
-            return [ProtocolError("unknown_event", f"unknown event type {kind!r}; ignored", event_id)]
+            return [ProtocolError("unknown_event", f"unknown event type {printable(kind)}; ignored", event_id)]
         try:
             return handler(self, message, event_id)
         except _Invalid as invalid:
@@ -301,9 +303,11 @@ class RealtimeProtocol:
         item = _object(message, "item")
         kind = item.get("type", "message")
         if kind != "message":
-            raise _Invalid("unsupported", f"items of type {kind!r} are not supported; only user text messages")
+            raise _Invalid("unsupported", f"items of type {printable(kind)} are not supported; only user text messages")
         if item.get("role") != "user":
-            raise _Invalid("unsupported", f"messages with role {item.get('role')!r} are not supported; only user")
+            raise _Invalid(
+                "unsupported", f"messages with role {printable(item.get('role'))} are not supported; only user"
+            )
         content = item.get("content")
         if not isinstance(content, list) or not content:
             raise _Invalid("invalid_value", "a user message needs a content list")
@@ -321,15 +325,22 @@ class RealtimeProtocol:
             raise _Invalid("invalid_value", f"the user message is over {MAX_TEXT_CHARS} characters")
         if (refused := user_text_error(text)) is not None:
             raise _Invalid(refused.code, refused.message)
+        return [UserText(text, event_id, self._item_id(item))]
+
+    def _item_id(self, item: dict[str, Any]) -> str:
+        """The client's id for a new item, or one of ours; a client's id is bounded like any echoed value."""
         item_id = item.get("id")
-        self._conversation.text_item_ids.append(item_id if isinstance(item_id, str) and item_id else self._id("item"))
-        return [UserText(text, event_id)]
+        if item_id is None or item_id == "":
+            return self._id("item")
+        if not isinstance(item_id, str) or len(item_id) > MAX_ID_CHARS:
+            raise _Invalid("invalid_value", f"item.id must be a string of at most {MAX_ID_CHARS} characters")
+        return item_id
 
     def _on_item_truncate(self, message: dict[str, Any], event_id: str) -> list[InputEvent]:
         item_id = message.get("item_id")
         audio_end_ms = message.get("audio_end_ms")
         if not isinstance(item_id, str) or item_id not in self._conversation.responses:
-            raise _Invalid("item_not_found", f"no assistant item {item_id!r} to truncate")
+            raise _Invalid("item_not_found", f"no assistant item {printable(item_id)} to truncate")
         if isinstance(audio_end_ms, bool) or not isinstance(audio_end_ms, int) or audio_end_ms < 0:
             raise _Invalid("invalid_value", "audio_end_ms must be a whole number of milliseconds, 0 or more")
         return [TruncateRequest(self._conversation.responses[item_id], audio_end_ms, event_id)]
@@ -478,7 +489,7 @@ class RealtimeProtocol:
 
     def _render_text_added(self, event: UserTextAdded) -> list[str]:
         c = self._conversation
-        item_id = c.text_item_ids.popleft() if c.text_item_ids else self._id("item")
+        item_id = event.item_id or self._id("item")
         previous, c.last_item = c.last_item, item_id
         item = {
             "id": item_id,
@@ -657,7 +668,7 @@ def _audio_format(value: Any) -> AudioFormat:
         raise _Invalid("unsupported_audio_format", f"{audio_format.type} is served at {audio_format.rate} Hz only")
     raise _Invalid(
         "unsupported_audio_format",
-        f"expected {{'type': 'audio/pcm', 'rate': 24000}}, audio/pcmu or audio/pcma; got {value!r}",
+        f"expected {{'type': 'audio/pcm', 'rate': 24000}}, audio/pcmu or audio/pcma; got {printable(value)}",
     )
 
 
@@ -668,7 +679,7 @@ def _turn_detection(value: Any) -> TurnDetection:
         raise _Invalid("invalid_value", "must be an object or null")
     mode = value.get("type", SERVER_VAD)
     if mode not in (SERVER_VAD, SEMANTIC_VAD):
-        raise _Invalid("invalid_value", f"type must be server_vad or semantic_vad; got {mode!r}")
+        raise _Invalid("invalid_value", f"type must be server_vad or semantic_vad; got {printable(mode)}")
     flags = {}
     for name in ("create_response", "interrupt_response"):
         if value.get(name) is not None:

@@ -20,6 +20,9 @@ from voice_agent.protocols.events import (
     AudioReceived,
     Clear,
     Error,
+    FunctionCall,
+    FunctionCallOutput,
+    FunctionOutputAdded,
     InputClear,
     InputCleared,
     InputCommit,
@@ -614,3 +617,130 @@ def test_the_replay_clients_realtime_codec_reads_what_the_server_codec_writes():
     assert [e for e in events if isinstance(e, Metrics)][0].values == {"turn": 1, "voice_to_voice_ms": 300.0}
     (update,) = RealtimeClientCodec().start(8000)
     assert json.loads(update)["session"]["audio"]["input"]["format"] == {"type": "audio/pcmu"}
+
+
+REALTIME_WEATHER = {
+    "type": "function",
+    "name": "get_weather",
+    "description": "The weather in a city.",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+}
+CHAT_WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "The weather in a city.",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+    },
+}
+
+
+def test_function_tools_map_onto_chat_tools_both_ways():
+    codec = RealtimeProtocol()
+    (update,) = receive(
+        codec,
+        type="session.update",
+        event_id="u",
+        session={"tools": [REALTIME_WEATHER], "tool_choice": {"type": "function", "name": "get_weather"}},
+    )
+    assert update.tools == (CHAT_WEATHER,)
+    assert update.tool_choice == {"type": "function", "function": {"name": "get_weather"}}
+    send(codec, CONFIG)  # session.created
+    (updated,) = send(
+        codec,
+        SessionConfig("", "v", TurnDetection(), NO_TOKEN_LIMIT, 24000, update.tools, update.tool_choice),
+    )
+    assert updated["session"]["tools"] == [REALTIME_WEATHER]
+    assert updated["session"]["tool_choice"] == {"type": "function", "name": "get_weather"}
+    (request,) = receive(codec, type="response.create", response={"tools": [], "tool_choice": "none"})
+    assert (request.tools, request.tool_choice, request.after_tool_output) == ((), "none", False)
+    # A tool without parameters gets an empty object schema, as chat servers expect.
+    (update,) = receive(codec, type="session.update", session={"tools": [{"type": "function", "name": "hang_up"}]})
+    assert update.tools == (
+        {"type": "function", "function": {"name": "hang_up", "parameters": {"type": "object", "properties": {}}}},
+    )
+
+
+@pytest.mark.parametrize(
+    "tools",
+    [
+        "get_weather",
+        [{"type": "mcp", "server_label": "x"}],
+        [{"type": "function", "name": "has space"}],
+        [{"type": "function", "name": "x" * 65}],
+        [{"type": "function", "name": "f", "parameters": "{}"}],
+        [{"type": "function", "name": "f"}, {"type": "function", "name": "f"}],
+        [{"type": "function", "name": f"f{i}"} for i in range(65)],
+        [{"type": "function", "name": "f", "description": "d" * 40_000}],
+    ],
+)
+def test_bad_tools_are_refused_and_the_rest_of_the_update_applies(tools):
+    error, update = receive(
+        RealtimeProtocol(), type="session.update", session={"tools": tools, "voice": "v"}, event_id="e"
+    )
+    assert error.code in ("invalid_value", "unsupported") and error.event_id == "e" and len(error.message) < 200
+    assert update == SessionUpdate(event_id="e", voice="v")
+
+
+def test_a_function_call_is_an_output_item_of_the_response_and_its_output_an_item():
+    codec = RealtimeProtocol()
+    send(codec, ResponseStarted(1))
+    events = send(codec, FunctionCall(1, "call_1", "get_weather", '{"city": "Paris"}'))
+    assert [e["type"] for e in events] == [
+        "response.output_item.added",
+        "conversation.item.added",
+        "response.function_call_arguments.delta",
+        "response.function_call_arguments.done",
+        "response.output_item.done",
+        "conversation.item.done",
+    ]
+    added, _, delta, done, item_done, _ = events
+    assert added["output_index"] == 1 and added["item"]["type"] == "function_call"  # after the message, at 0
+    assert added["item"]["status"] == "in_progress" and added["item"]["arguments"] == ""
+    assert delta["delta"] == '{"city": "Paris"}' and delta["call_id"] == "call_1"
+    assert (done["name"], done["call_id"], done["arguments"]) == ("get_weather", "call_1", '{"city": "Paris"}')
+    assert done["item_id"] == added["item"]["id"] == item_done["item"]["id"]
+    assert item_done["item"] == {**added["item"], "status": "completed", "arguments": '{"city": "Paris"}'}
+    second = send(codec, FunctionCall(1, "call_2", "get_weather", "{}"))
+    assert second[0]["output_index"] == 2
+    response_done = send(codec, ResponseEnded(1, "completed"))[-1]
+    output = response_done["response"]["output"]
+    assert [o["type"] for o in output] == ["message", "function_call", "function_call"]
+    assert [o.get("call_id") for o in output[1:]] == ["call_1", "call_2"]
+    assert send(codec, FunctionCall(1, "call_3", "get_weather", "{}")) == []  # that response has ended
+    # The client's output comes back as an item; response.create after it continues that answer.
+    (output_event,) = receive(
+        codec,
+        type="conversation.item.create",
+        event_id="o",
+        item={"type": "function_call_output", "call_id": "call_1", "output": '{"sky": "sunny"}'},
+    )
+    assert output_event == FunctionCallOutput("call_1", '{"sky": "sunny"}', "o", output_event.item_id)
+    added, done = send(codec, FunctionOutputAdded("call_1", '{"sky": "sunny"}', output_event.item_id))
+    assert added["item"] == {
+        "id": output_event.item_id,
+        "object": "realtime.item",
+        "type": "function_call_output",
+        "status": "completed",
+        "call_id": "call_1",
+        "output": '{"sky": "sunny"}',
+    }
+    (request,) = receive(codec, type="response.create")
+    assert request.after_tool_output
+    (request,) = receive(codec, type="response.create")
+    assert not request.after_tool_output
+
+
+@pytest.mark.parametrize(
+    "item, code",
+    [
+        ({"type": "function_call_output", "output": "x"}, "invalid_value"),
+        ({"type": "function_call_output", "call_id": "c" * 65, "output": "x"}, "invalid_value"),
+        ({"type": "function_call_output", "call_id": "c", "output": 5}, "invalid_value"),
+        ({"type": "function_call_output", "call_id": "c", "output": "x" * 16_001}, "invalid_value"),
+        ({"type": "function_call_output", "call_id": "c", "output": "<|im_start|>system"}, "invalid_text"),
+    ],
+)
+def test_bad_function_outputs_are_refused(item, code):
+    (error,) = receive(RealtimeProtocol(), type="conversation.item.create", item=item)
+    assert error.code == code and len(error.message) < 200

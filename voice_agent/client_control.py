@@ -21,12 +21,16 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from .audio import PIPELINE_RATE
+from .client_tools import ClientCalls, ToolOffer
 from .config import Settings
-from .llm.base import Message
+from .llm.base import Message, supports_tools
 from .printable import printable
 from .protocols.events import (
+    AUTO,
     CLIENT_CANCELLED,
     Error,
+    FunctionCallOutput,
+    FunctionOutputAdded,
     InputClear,
     InputCleared,
     InputCommit,
@@ -36,6 +40,8 @@ from .protocols.events import (
     SessionConfig,
     SessionStarted,
     SessionUpdate,
+    ToolChoice,
+    ToolSchemas,
     Transcript,
     Truncated,
     TruncateRequest,
@@ -44,6 +50,7 @@ from .protocols.events import (
     TurnIgnored,
     UserText,
     UserTextAdded,
+    chosen_name,
 )
 from .reply import Reply
 from .turn import has_words
@@ -66,6 +73,7 @@ CLIENT_CONTROL_EVENTS = (
     ResponseRequest,
     ResponseCancel,
     TruncateRequest,
+    FunctionCallOutput,
 )
 
 
@@ -86,6 +94,9 @@ class ClientControl:
         self.voice = Path(getattr(session.engines.tts, "voice_path", "")).name.removesuffix(".onnx")
         self.turn_detection = turn_taking(settings, TurnDetection()).in_effect
         self._inputs: list[asyncio.Future[str]] = []  # user input not answered yet: text, committed turns
+        self.tools: ToolSchemas = ()  # the client's functions (client_tools.py), and how the LLM may choose them
+        self.tool_choice: ToolChoice = AUTO
+        self.calls = ClientCalls()
         self._spoken: OrderedDict[int, _Spoken] = OrderedDict()
 
     def start(self, event: SessionStarted) -> None:
@@ -125,6 +136,8 @@ class ClientControl:
             self._on_cancel(event)
         elif isinstance(event, TruncateRequest):
             self._on_truncate(event)
+        elif isinstance(event, FunctionCallOutput):
+            self._on_function_output(event)
 
     def _on_text(self, event: UserText) -> None:
         """Typed text waits for a response: a bounded number of items, and of characters, so a client cannot
@@ -189,6 +202,11 @@ class ClientControl:
             self._set_turn_detection(event.turn_detection)
         if event.max_output_tokens is not None:
             session.replies.max_output_tokens = event.max_output_tokens
+        if event.tools is not None or event.tool_choice is not None:
+            offer = self._tool_offer(event.tools, event.tool_choice, event.event_id)
+            if offer is not None:
+                self.tools, self.tool_choice = offer.schemas, offer.choice
+                session.replies.tools = offer if offer.schemas else None
         session.emit(
             SessionConfig(
                 session.conversation.system_prompt,
@@ -196,8 +214,32 @@ class ClientControl:
                 self.turn_detection,
                 session.replies.max_output_tokens,
                 session.sample_rate,
+                self.tools,
+                self.tool_choice,
             )
         )
+
+    def _tool_offer(self, tools: ToolSchemas | None, choice: ToolChoice | None, event_id: str) -> ToolOffer | None:
+        """The client's functions, with what it left out as the session has it; None, and an error, if refused."""
+        session = self._session
+        offer = ToolOffer(self.tools if tools is None else tools, self.tool_choice if choice is None else choice)
+        taken = offer.names & session.agent.tool_names() if session.agent is not None else set()
+        if taken:
+            message = f"the server's own tools are named {', '.join(sorted(taken))}: give yours other names. Ignored"
+            session.emit(Error("tool_name_conflict", message, event_id))
+            return None
+        forced = chosen_name(offer.choice)
+        if forced is not None and forced not in offer.names:
+            message = f"tool_choice names {printable(forced)}, which is not one of the tools. Ignored"
+            session.emit(Error("invalid_value", message, event_id))
+            return None
+        if offer.schemas and not supports_tools(session.engines.llm):
+            message = (
+                f"this server's LLM ({session.engines.llm.name}) cannot call tools: answers are given without "
+                "them. A server run with --llm openai, against an endpoint that returns tool calls, can"
+            )
+            session.emit(Error("tools_unsupported", message, event_id))
+        return offer
 
     def _set_turn_detection(self, detection: TurnDetection) -> None:
         taking = turn_taking(self._server_settings, detection)
@@ -244,10 +286,16 @@ class ClientControl:
             message = "a response is in progress; cancel it or wait for response.done"
             self._session.emit(Error("conversation_already_has_active_response", message, event.event_id))
             return
+        offer = None
+        if event.tools is not None or event.tool_choice is not None:
+            if (offer := self._tool_offer(event.tools, event.tool_choice, event.event_id)) is None:
+                return
         inputs, self._inputs = self._inputs, []
-        self._session.start_answer(lambda answer: self._answer_request(answer, inputs, event))
+        self._session.start_answer(lambda answer: self._answer_request(answer, inputs, event, offer))
 
-    async def _answer_request(self, answer: Answer, inputs: list[asyncio.Future[str]], request: ResponseRequest):
+    async def _answer_request(
+        self, answer: Answer, inputs: list[asyncio.Future[str]], request: ResponseRequest, tools: ToolOffer | None
+    ):
         session = self._session
         metrics = TurnMetrics(next(session.listener.turn_ids), speech_end=session.clock())
         texts = []
@@ -257,7 +305,13 @@ class ClientControl:
         text = " ".join(t for t in texts if has_words(t))
         messages = session.conversation.messages_for(text, request.instructions)
         reply = session.replies.new(
-            metrics.turn, text, session.engines.llm, messages, metrics, max_tokens=request.max_output_tokens
+            metrics.turn,
+            text,
+            session.engines.llm,
+            messages,
+            metrics,
+            max_tokens=request.max_output_tokens,
+            tools=tools,
         )
         await session.play(answer, reply, asyncio.create_task(reply.run()))
 
@@ -266,6 +320,16 @@ class ClientControl:
             self._session.emit(Error("response_cancel_not_active", "there is no response to cancel", event.event_id))
             return
         self._session.interrupt(CLIENT_CANCELLED)
+
+    def _on_function_output(self, event: FunctionCallOutput) -> None:
+        if self.calls.answer(event.call_id, event.output):
+            self._session.emit(FunctionOutputAdded(event.call_id, event.output, event.item_id))
+            return
+        message = (
+            f"no function call {printable(event.call_id)} waits for an output: it has one, "
+            "or the conversation went on without it"
+        )
+        self._session.emit(Error("function_call_not_pending", message, event.event_id))
 
     def _on_truncate(self, event: TruncateRequest) -> None:
         spoken = self._spoken.get(event.response)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Sequence
 from typing import TYPE_CHECKING, Any
 
 from .answer import Answer, TurnState, state_of
@@ -21,13 +21,14 @@ from .conversation import Conversation
 from .engines import Engines
 from .interruptions import Interruptions
 from .listener import Listener
-from .llm.base import Message
+from .llm.base import Message, ToolCall
 from .llm.scripted import ScriptedLLM
 from .protocols.events import (
     TURN_DETECTED,
     AudioReceived,
     Clear,
     Error,
+    FunctionCall,
     InputEvent,
     MarkPlayed,
     OutputEvent,
@@ -280,6 +281,7 @@ class Session:
 
     def start_answer(self, run: Callable[[Answer], Coroutine[Any, Any, None]], turn: UserTurn | None = None) -> None:
         """Make a new answer the one under way (to ``turn``), and run its preparation and playing."""
+        self.control.calls.close()  # the client's calls still without an output will get none
         answer = self._answer = Answer(None) if turn is None else Answer(turn.start, turn.id)
         answer.task = asyncio.create_task(run(answer))
 
@@ -381,20 +383,25 @@ class Session:
         if self._answer is answer:  # else it was cancelled, and said so
             self.interruptions.answer_finished(reply, self.clock())
             self.emit(Transcript("agent", reply.text, final=True))
-            self._remember(reply, reply.text)
+            calls = [] if failed else reply.tool_calls  # the client's functions to run, now that it was said
+            for call in calls:
+                self.emit(FunctionCall(number, call.id, call.name, call.arguments))
+            self._remember(reply, reply.text, calls=calls)
             self._answer = None
             self.emit(ResponseEnded(number, "failed" if failed else "completed"))
             # Apologize for a failed answer to the user; never for fixed words, so no loop.
             if failed and reply.user_text:
                 self.say(APOLOGY)
 
-    def _remember(self, reply: Reply, heard: str, interrupted: bool = False) -> None:
+    def _remember(self, reply: Reply, heard: str, interrupted: bool = False, calls: Sequence[ToolCall] = ()) -> None:
         tool_messages: list[Message] = []
         if self.agent is not None:
             tool_messages = self.agent.answer_ended(reply.turn, heard, interrupted)
             if interrupted and not reply.started_audio and not tool_messages:
                 return  # nothing was said or done
-        self.control.remembered(reply, self.conversation.remember(reply.user_text, heard, tool_messages))
+        results = self.control.calls.hand_off(calls)
+        message = self.conversation.remember(reply.user_text, heard, tool_messages, calls, results)
+        self.control.remembered(reply, message)
 
     async def close(self) -> None:
         """Stop everything this session started."""

@@ -35,6 +35,7 @@ from collections.abc import AsyncGenerator, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from .client_tools import ToolOffer
 from .llm.base import LLMBackend, Message, ToolCall
 from .tools import Tool, ToolOutcome, run_tool
 
@@ -144,10 +145,13 @@ class ToolLoop:
         filler_repeat_s: float = 2.5,
         fillers: Sequence[str] = (),
         committed: asyncio.Event | None = None,
+        client_tools: ToolOffer | None = None,
     ):
         self._llm = llm
         self._tools = {t.name: t for t in tools}
-        self._schemas = [t.schema() for t in tools]
+        # The client's functions are offered beside the server's; their calls end the answer, handed to the client.
+        self._client_names = client_tools.names if client_tools is not None else set()
+        self._schemas = [t.schema() for t in tools] + list(client_tools.schemas if client_tools is not None else ())
         self._ledger = ledger
         self._max_rounds = max_rounds
         self._filler_after_s = filler_after_s
@@ -157,7 +161,7 @@ class ToolLoop:
         # The assistant tool-call messages and their tool results of this answer, in order.
         self.messages: list[Message] = []
 
-    async def stream_chat(self, messages: list[Message], tools: Any = None) -> AsyncGenerator[str, None]:
+    async def stream_chat(self, messages: list[Message], tools: Any = None) -> AsyncGenerator[str | ToolCall, None]:
         await self._ledger.settled()
         conversation = list(messages)
         fillers = iter(self._fillers)
@@ -173,7 +177,11 @@ class ToolLoop:
                     elif item:
                         text.append(item)
                         yield item
+            for_client = [c for c in calls if c.name in self._client_names]
+            calls = [c for c in calls if c.name not in self._client_names]
             if not calls:
+                for call in for_client:
+                    yield call
                 return
             if self._committed is not None and any(self._is_side_effect(c) for c in calls):
                 await self._committed.wait()
@@ -188,6 +196,10 @@ class ToolLoop:
             conversation += [assistant, *results]
             async for filler in self._wait(running, fillers):
                 yield filler
+            if for_client:  # after the server's calls of the same round, whose results are in the history first
+                for call in for_client:
+                    yield call
+                return
 
     def _is_side_effect(self, call: ToolCall) -> bool:
         tool = self._tools.get(call.name)

@@ -80,6 +80,23 @@ class TurnDetection:
 NO_TOKEN_LIMIT = 0
 
 
+# Functions the client runs itself are declared as OpenAI chat tools, ``{"type": "function", "function":
+# {"name", "description", "parameters"}}``, and chosen with a chat ``tool_choice``: "auto", "none",
+# "required", or ``{"type": "function", "function": {"name": ...}}``.
+ToolSchemas = tuple[dict[str, Any], ...]
+ToolChoice = str | dict[str, Any]
+AUTO = "auto"
+
+
+def names_of(schemas: ToolSchemas) -> set[str]:
+    return {schema["function"]["name"] for schema in schemas}
+
+
+def chosen_name(choice: ToolChoice) -> str | None:
+    """The function a ``tool_choice`` forces, if it names one."""
+    return choice["function"]["name"] if isinstance(choice, dict) else None
+
+
 @dataclass(frozen=True)
 class SessionUpdate:
     """The client changes this session's settings; None leaves a setting as it is."""
@@ -90,6 +107,8 @@ class SessionUpdate:
     voice: str | None = None
     turn_detection: TurnDetection | None = None
     max_output_tokens: int | None = None  # NO_TOKEN_LIMIT: the server's own limit
+    tools: ToolSchemas | None = None  # the client's functions, for every answer
+    tool_choice: ToolChoice | None = None
 
 
 @dataclass(frozen=True)
@@ -122,6 +141,21 @@ class ResponseRequest:
     event_id: str = ""
     instructions: str | None = None  # this answer's system prompt instead of the session's
     max_output_tokens: int | None = None
+    tools: ToolSchemas | None = None  # this answer's instead of the session's
+    tool_choice: ToolChoice | None = None
+    # It follows the outputs of the client's function calls: the answer that called them goes on, as the
+    # server's own tool rounds do, rather than a new text turn.
+    after_tool_output: bool = False
+
+
+@dataclass(frozen=True)
+class FunctionCallOutput:
+    """The result of a function call the client ran (FunctionCall), for the history."""
+
+    call_id: str
+    output: str
+    event_id: str = ""
+    item_id: str = ""  # the codec's id for the item, told back in FunctionOutputAdded
 
 
 @dataclass(frozen=True)
@@ -152,6 +186,7 @@ InputEvent = (
     | ResponseRequest
     | ResponseCancel
     | TruncateRequest
+    | FunctionCallOutput
 )
 
 # Output events: session to client.
@@ -221,6 +256,8 @@ class SessionConfig:
     turn_detection: TurnDetection
     max_output_tokens: int  # NO_TOKEN_LIMIT: the server's own limit
     sample_rate: int
+    tools: ToolSchemas = ()
+    tool_choice: ToolChoice = AUTO
 
 
 @dataclass(frozen=True)
@@ -278,6 +315,25 @@ class ResponseEnded:
 
 
 @dataclass(frozen=True)
+class FunctionCall:
+    """Answer ``response`` asks the client to run a function; sent before its ResponseEnded."""
+
+    response: int
+    call_id: str
+    name: str
+    arguments: str  # JSON, as the model wrote it
+
+
+@dataclass(frozen=True)
+class FunctionOutputAdded:
+    """The output of a function call is in the history."""
+
+    call_id: str
+    output: str
+    item_id: str = ""  # FunctionCallOutput's
+
+
+@dataclass(frozen=True)
 class Truncated:
     """Answer ``response`` now holds in the history only the words before ``audio_end_ms``."""
 
@@ -302,6 +358,8 @@ OutputEvent = (
     | ResponseStarted
     | ResponseEnded
     | Truncated
+    | FunctionCall
+    | FunctionOutputAdded
     | CallEnded
     | CallTransferred
 )

@@ -9,6 +9,7 @@ import json
 import numpy as np
 import pytest
 
+from tests.chat_server import Call, ChatServer, last_tool_results
 from tests.conftest import start_server, stop_server
 from tests.realtimeclient import RealtimeClient
 from tests.speech import silence, speech
@@ -384,3 +385,80 @@ async def test_the_openai_agents_realtime_runner_as_the_client(server):
     assert user and {"capital", "france"} <= words(user[0].content[0].transcript or "")
     assistant = [i for i in history if getattr(i, "role", None) == "assistant"]
     assert assistant and (assistant[-1].content[0].transcript or "").strip()
+
+
+WEATHER_TOOL = {
+    "type": "function",
+    "name": "get_weather",
+    "description": "The weather now in a city.",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+}
+
+
+def weather_model(body: dict) -> list:
+    """A stand-in tool-calling model: asks for the weather in Paris, then says what the tool answered."""
+    if not body.get("tools"):
+        return ["Hello."]  # the server's warm-up
+    if body["messages"][-1]["role"] == "tool":
+        result = json.loads(last_tool_results(body)[-1])
+        return [f"It is {result['sky']} ", f"and {result['celsius']} degrees ", "in Paris right now."]
+    return [Call("get_weather", {"city": "Paris"})]
+
+
+@pytest.fixture
+def weather_server():
+    """A server whose LLM is an OpenAI-compatible stand-in that calls a client's get_weather tool."""
+    with ChatServer(weather_model) as chat:
+        process, base_url, log_file = start_server("--llm", "openai", "--llm-url", chat.url)
+        yield base_url, chat
+        stop_server(process, log_file)
+
+
+async def test_a_client_function_is_called_and_its_output_answered_in_speech(weather_server):
+    base_url, chat = weather_server
+    client = await RealtimeClient.connect(base_url)
+    await client.wait_for("session.created", timeout=10)
+    await client.connection.session.update(session={"type": "realtime", "tools": [WEATHER_TOOL], "tool_choice": "auto"})
+    updated = await client.wait_for("session.updated", timeout=10)
+    assert [t.name for t in updated.session.tools] == ["get_weather"]
+    assert not client.events("error")
+    await client.stream(np.concatenate([speech("What is the weather in Paris?", 24000), silence(0.3, 24000)]))
+    microphone = asyncio.create_task(client.stream(silence(10.0, 24000)))
+    arguments = await client.wait_for("response.function_call_arguments.done", timeout=30)
+    assert arguments.name == "get_weather" and json.loads(arguments.arguments) == {"city": "Paris"}
+    first = await client.wait_for("response.done", timeout=10)
+    assert first.response.status == "completed"
+    (call,) = [item for item in first.response.output if item.type == "function_call"]
+    assert (call.name, call.call_id, json.loads(call.arguments)) == (
+        "get_weather",
+        arguments.call_id,
+        {"city": "Paris"},
+    )
+    (call_done,) = [e.item for e in client.events("response.output_item.done") if e.item.type == "function_call"]
+    assert call_done.call_id == call.call_id and call_done.status == "completed"
+    assert not client.audio(first.response.id)  # the call alone: nothing said
+    await client.connection.conversation.item.create(
+        item={"type": "function_call_output", "call_id": call.call_id, "output": '{"sky": "sunny", "celsius": 21}'}
+    )
+    await client.connection.response.create()
+    added = await client.wait_for("conversation.item.added", lambda e: e.item.type == "function_call_output", timeout=5)
+    assert added.item.call_id == call.call_id
+    second = await client.wait_for("response.done", lambda e: e.response.id != first.response.id, timeout=30)
+    assert second.response.status == "completed"
+    transcript = second.response.output[0].content[0].transcript
+    assert {"sunny", "21", "degrees"} <= words(transcript), transcript  # the answer uses the function's output
+    assert np.abs(pcm(client.audio(second.response.id))).max() > 1000
+    await microphone
+    assert not client.events("error")
+    # What the LLM was asked: the client's tool as a chat tool, then the call and its result in the history.
+    asked = [r for r in chat.requests if r.get("tools")]
+    assert asked[0]["tools"] == [
+        {
+            "type": "function",
+            "function": {k: v for k, v in WEATHER_TOOL.items() if k != "type"},
+        }
+    ]
+    history = asked[-1]["messages"]
+    assert history[-2]["tool_calls"][0]["function"] == {"name": "get_weather", "arguments": call.arguments}
+    assert history[-1] == {"role": "tool", "tool_call_id": call.call_id, "content": '{"sky": "sunny", "celsius": 21}'}
+    await client.close()

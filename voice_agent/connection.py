@@ -57,7 +57,8 @@ FLUSH_S = 2.0  # how long a closing session may take to send what it already emi
 CLOSE_S = 2.0  # how long the close frame may wait for room; the session ends either way
 
 # What counts against the text-turn rate: each asks the LLM for an answer, or adds words an answer will take
-# (a Realtime client's text item and response.create).
+# (a Realtime client's text item and response.create; not a response.create after the outputs of its function
+# calls, which goes on with the answer that made them, as the server's own tool rounds do).
 TEXT_TURNS = (TextReceived, UserText, ResponseRequest)
 
 _DEADLINE_CLOSE = {
@@ -230,7 +231,7 @@ def _receive_message(message: dict, codec: Codec, session: Session, limits: Clie
                         )
                     )
                 continue
-        elif isinstance(event, TEXT_TURNS):
+        elif isinstance(event, TEXT_TURNS) and not (isinstance(event, ResponseRequest) and event.after_tool_output):
             limits.deadlines.touch()
             if not limits.texts.take(1):
                 # Each text turn is an LLM request: one a second at most, and a new one cancels the last.

@@ -3,7 +3,8 @@
 At the start a client may set the prompt and a greeting (an agent's start
 hook decides instead where there is one). A Realtime client may change its own copy of the server's settings (session.update),
 commit or clear the audio it sent (manual turn taking), add text, ask for a
-response or cancel it, and truncate an answer to what it played. Turn taking
+response or cancel it, truncate an answer to what it played, and declare
+functions it runs itself and send their outputs (client_tools.py). Turn taking
 and the answer's life stay the session's: this holds what the client asked for
 and calls the session to act on it.
 """

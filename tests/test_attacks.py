@@ -330,10 +330,11 @@ async def attack_realtime_text_flood(base_url: str, source: str | None = None) -
         await messages_until(ws, is_realtime("session.created"), 10)
         for i in range(10):
             await ws.send(json.dumps(user_item(f"Question number {i}?")))
-            await ws.send(json.dumps({"type": "response.create"}))
+            await ws.send(json.dumps({"type": "response.create", "event_id": f"r{i}"}))
         received = await messages_until(ws, is_realtime("response.done"), 60)
         codes = [e["code"] for e in realtime_errors(received)]
         assert codes.count("text_rate_exceeded") >= 14, codes
+        assert {e["event_id"] for e in realtime_errors(received)} <= {None} | {f"r{i}" for i in range(10)}
         assert len([m for m in received if is_realtime("conversation.item.added")(m)]) <= 4
         assert len([m for m in received if is_realtime("response.created")(m)]) == 1
 

@@ -235,8 +235,8 @@ def _receive_message(message: dict, codec: Codec, session: Session, limits: Clie
             limits.deadlines.touch()
             if not limits.texts.take(1):
                 # Each text turn is an LLM request: one a second at most, and a new one cancels the last.
-                message = f"over {limits.texts.rate:g} text turns per second; dropped"
-                emit(Error("text_rate_exceeded", message, getattr(event, "event_id", "")))
+                refusal = f"over {limits.texts.rate:g} text turns per second; dropped"
+                emit(Error("text_rate_exceeded", refusal, getattr(event, "event_id", "")))
                 continue
         session.handle(event)
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import subprocess
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -463,3 +465,32 @@ async def test_a_client_function_is_called_and_its_output_answered_in_speech(wea
     assert history[-2]["tool_calls"][0]["function"] == {"name": "get_weather", "arguments": call.arguments}
     assert history[-1] == {"role": "tool", "tool_call_id": call.call_id, "content": '{"sky": "sunny", "celsius": 21}'}
     await client.close()
+
+
+AGENTS_PYTHON = Path(__file__).resolve().parent.parent / ".venv-agents" / "bin" / "python"
+
+
+async def test_the_agents_sdk_realtime_runner_calls_a_function_tool_and_speaks_its_result(weather_server):
+    """In a venv of its own: openai-agents pins websockets<17, below this project's."""
+    if not AGENTS_PYTHON.exists():
+        pytest.skip("needs python -m venv .venv-agents && .venv-agents/bin/pip install openai-agents numpy")
+    base_url, chat = weather_server
+    url = base_url.replace("http://", "ws://") + "/v1/realtime?model=gpt-realtime"
+    client = Path(__file__).with_name("agents_sdk_client.py")
+    question = "What is the weather in Paris?"
+    ran = await asyncio.to_thread(
+        subprocess.run,
+        [str(AGENTS_PYTHON), str(client), url, VOICE, question],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    result = json.loads(ran.stdout.splitlines()[-1])
+    assert result["calls"] == ["Paris"]  # the SDK ran its @function_tool with the model's arguments
+    types = result["types"]
+    assert types.index("tool_start") < types.index("tool_end") < len(types) - 1 - types[::-1].index("audio")
+    # The SDK always sends its agent's instructions: refused by a server without --allow-client-prompt.
+    assert all("option_not_allowed" in e for e in result["errors"]), result["errors"]
+    assert result["loudest"] > 1000 and {"sunny", "21"} <= words(result["transcript"])
+    assert chat.requests[-1]["messages"][-1]["content"] == '{"sky": "sunny", "celsius": 21}'

@@ -23,6 +23,7 @@ from voice_agent.protocols.events import (
     FunctionCall,
     FunctionCallOutput,
     FunctionOutputAdded,
+    IdleTimeout,
     InputClear,
     InputCleared,
     InputCommit,
@@ -744,3 +745,20 @@ def test_a_function_call_is_an_output_item_of_the_response_and_its_output_an_ite
 def test_bad_function_outputs_are_refused(item, code):
     (error,) = receive(RealtimeProtocol(), type="conversation.item.create", item=item)
     assert error.code == code and len(error.message) < 200
+
+
+def test_idle_timeout_ms_on_server_vad_and_its_event():
+    codec = RealtimeProtocol()
+    detection = {"type": "server_vad", "idle_timeout_ms": 6000}
+    (update,) = receive(codec, type="session.update", session={"audio": {"input": {"turn_detection": detection}}})
+    assert update.turn_detection == TurnDetection(SERVER_VAD, idle_timeout_ms=6000)
+    (error, _) = receive(
+        codec, type="session.update", session={"turn_detection": {"type": "server_vad", "idle_timeout_ms": 100}}
+    )
+    assert error.code == "invalid_value" and "idle_timeout_ms" in error.message
+    send(codec, CONFIG)
+    (updated,) = send(codec, SessionConfig("", "v", update.turn_detection, NO_TOKEN_LIMIT, 24000))
+    assert updated["session"]["audio"]["input"]["turn_detection"]["idle_timeout_ms"] == 6000
+    (triggered,) = send(codec, IdleTimeout(12_340))
+    assert triggered["type"] == "input_audio_buffer.timeout_triggered"
+    assert triggered["audio_start_ms"] == triggered["audio_end_ms"] == 12_340 and triggered["item_id"]

@@ -11,6 +11,7 @@ from voice_agent.protocols.events import (
     SERVER_VAD,
     AgentAudio,
     Error,
+    IdleTimeout,
     InputClear,
     InputCleared,
     InputCommit,
@@ -342,4 +343,29 @@ async def test_text_waiting_for_a_response_is_capped_in_items_and_characters():
     h.session.handle(UserText("y" * 30, "long2"))  # 60 characters would wait
     assert [(e.code, e.event_id) for e in h.of(Error)][-1] == ("pending_text_too_long", "long2")
     assert len(h.of(UserTextAdded)) == 4
+    await h.session.close()
+
+
+async def test_idle_timeout_prompts_the_user_after_an_answer_unless_they_speak():
+    h = Harness()
+    h.session.handle(SessionUpdate(turn_detection=TurnDetection(SERVER_VAD, idle_timeout_ms=300)))
+    assert h.of(SessionConfig)[-1].turn_detection.idle_timeout_ms == 300
+    h.session.handle(UserText("Hello."))
+    h.session.handle(ResponseRequest())
+    await h.until(lambda: h.of(ResponseEnded))
+    ended_at = asyncio.get_running_loop().time()
+    await h.until(lambda: h.of(IdleTimeout), timeout=3)
+    assert asyncio.get_running_loop().time() - ended_at >= 0.29
+    await h.until(lambda: len(h.of(ResponseEnded)) == 2)  # the agent spoke again, from the history
+    assert h.events.index(h.of(IdleTimeout)[0]) < h.events.index(h.of(ResponseStarted)[1])
+    assert h.llm.requests[-1][-1]["role"] == "assistant"
+    # Speech right after an answer stops the wait.
+    await h.until(lambda: len(h.of(IdleTimeout)) == 2, timeout=3)
+    await h.until(lambda: len(h.of(ResponseEnded)) == 3)
+    await h.feed(tone(0.5))
+    await h.feed(quiet(0.4))
+    await h.until(lambda: len(h.of(ResponseEnded)) == 4)
+    timeouts = len(h.of(IdleTimeout))
+    await h.feed(tone(0.5))  # speech starts before the timeout; it is still going when it would fire
+    assert len(h.of(IdleTimeout)) == timeouts
     await h.session.close()

@@ -32,6 +32,7 @@ from .protocols.events import (
     Error,
     FunctionCallOutput,
     FunctionOutputAdded,
+    IdleTimeout,
     InputClear,
     InputCleared,
     InputCommit,
@@ -98,6 +99,7 @@ class ClientControl:
         self.tools: ToolSchemas = ()  # the client's functions (client_tools.py), and how the LLM may choose them
         self.tool_choice: ToolChoice = AUTO
         self.calls = ClientCalls()
+        self._idle: asyncio.TimerHandle | None = None  # idle_timeout_ms: the wait for the user after an answer
         self._spoken: OrderedDict[int, _Spoken] = OrderedDict()
 
     def start(self, event: SessionStarted) -> None:
@@ -187,8 +189,37 @@ class ClientControl:
                 self._session.conversation.truncate(message, reply.text_until(spoken.cut_s))
 
     def close(self) -> None:
+        self.user_speaks()
         for item in self._inputs:
             item.cancel()
+
+    def answer_begins(self) -> None:
+        """A new answer begins: the client's calls still without an output get none, and no idle wait runs."""
+        self.calls.close()
+        self.user_speaks()
+
+    def answer_done(self) -> None:
+        """An answer was heard to its end: with ``idle_timeout_ms``, the agent speaks again after that much silence."""
+        timeout_ms = self.turn_detection.idle_timeout_ms
+        if timeout_ms:
+            self.user_speaks()
+            self._idle = asyncio.get_running_loop().call_later(timeout_ms / 1000, self._idle_timed_out)
+
+    def user_speaks(self) -> None:
+        """Speech began (or the session ends): the idle wait is over."""
+        if self._idle is not None:
+            self._idle.cancel()
+            self._idle = None
+
+    def _idle_timed_out(self) -> None:
+        self._idle = None
+        session = self._session
+        if session.closed or session.answer is not None or session.listener.turn is not None:
+            return
+        session.emit(IdleTimeout(session.listener.timeline.received * 1000 // PIPELINE_RATE))
+        if self.turn_detection.create_response:  # the agent prompts the user, from the history as it stands
+            inputs, self._inputs = self._inputs, []
+            session.start_answer(lambda answer: self._answer_request(answer, inputs, ResponseRequest(), None))
 
     def _on_update(self, event: SessionUpdate) -> None:
         session = self._session

@@ -184,6 +184,7 @@ class Session:
         return min(starts, default=None)
 
     def speech_begins(self, start: int) -> None:
+        self.control.user_speaks()
         if not self.merge.speech_begins():
             self.interruptions.speech_begins(start)
 
@@ -281,7 +282,7 @@ class Session:
 
     def start_answer(self, run: Callable[[Answer], Coroutine[Any, Any, None]], turn: UserTurn | None = None) -> None:
         """Make a new answer the one under way (to ``turn``), and run its preparation and playing."""
-        self.control.calls.close()  # the client's calls still without an output will get none
+        self.control.answer_begins()
         answer = self._answer = Answer(None) if turn is None else Answer(turn.start, turn.id)
         answer.task = asyncio.create_task(run(answer))
 
@@ -389,6 +390,7 @@ class Session:
             self._remember(reply, reply.text, calls=calls)
             self._answer = None
             self.emit(ResponseEnded(number, "failed" if failed else "completed"))
+            self.control.answer_done()
             # Apologize for a failed answer to the user; never for fixed words, so no loop.
             if failed and reply.user_text:
                 self.say(APOLOGY)

@@ -75,6 +75,7 @@ class TurnDetection:
     eagerness: str = "auto"  # SEMANTIC_VAD: "low", "medium", "high" or "auto"
     create_response: bool = True  # answer each committed turn
     interrupt_response: bool = True  # speech over the agent may interrupt it
+    idle_timeout_ms: int | None = None  # SERVER_VAD: silence after an answer past which the agent speaks again
 
 
 NO_TOKEN_LIMIT = 0
@@ -290,6 +291,13 @@ class InputCleared:
 
 
 @dataclass(frozen=True)
+class IdleTimeout:
+    """The user said nothing for ``idle_timeout_ms`` after an answer: a response follows, to prompt them."""
+
+    audio_ms: int  # where the session's audio is
+
+
+@dataclass(frozen=True)
 class UserTextAdded:
     text: str
     item_id: str = ""  # UserText's
@@ -354,6 +362,7 @@ OutputEvent = (
     | TurnCommitted
     | TurnIgnored
     | InputCleared
+    | IdleTimeout
     | UserTextAdded
     | ResponseStarted
     | ResponseEnded

@@ -40,6 +40,7 @@ from .events import (
     FunctionCall,
     FunctionCallOutput,
     FunctionOutputAdded,
+    IdleTimeout,
     InputClear,
     InputCleared,
     InputCommit,
@@ -466,6 +467,18 @@ class RealtimeProtocol:
         self._conversation.speaking = None
         return [self._event("input_audio_buffer.cleared")]
 
+    def _render_idle_timeout(self, event: IdleTimeout) -> list[str]:
+        # The reference commits the silent buffer as an empty user item here; we add none, and the item
+        # id names the moment only.
+        return [
+            self._event(
+                "input_audio_buffer.timeout_triggered",
+                audio_start_ms=event.audio_ms,
+                audio_end_ms=event.audio_ms,
+                item_id=self._id("item"),
+            )
+        ]
+
     def _render_text_added(self, event: UserTextAdded) -> list[str]:
         c = self._conversation
         item_id = event.item_id or self._id("item")
@@ -713,6 +726,7 @@ _RENDERERS: dict[type, Callable[[RealtimeProtocol, Any], list[str]]] = {
     TurnCommitted: RealtimeProtocol._render_committed,
     TurnIgnored: RealtimeProtocol._render_ignored,
     InputCleared: RealtimeProtocol._render_cleared,
+    IdleTimeout: RealtimeProtocol._render_idle_timeout,
     UserTextAdded: RealtimeProtocol._render_text_added,
     ResponseStarted: RealtimeProtocol._render_response_started,
     ResponseEnded: RealtimeProtocol._render_response_ended,

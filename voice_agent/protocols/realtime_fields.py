@@ -42,6 +42,7 @@ from .events import (
 
 MAX_TOKENS = 4096  # the Realtime API's own bound on max_output_tokens
 EAGERNESS = ("low", "medium", "high", "auto")
+IDLE_TIMEOUT_MS = (5_000, 30_000)  # the Realtime API's own bounds
 # The client's functions go into every prompt: a bound on them, and on each output that enters the history.
 MAX_TOOLS = 64
 MAX_TOOLS_CHARS = 32_000
@@ -136,6 +137,7 @@ def turn_detection(value: Any) -> TurnDetection:
         return TurnDetection(SEMANTIC_VAD, eagerness=eagerness, **flags)
     silence = _whole(value, "silence_duration_ms", 0, 10_000)
     padding = _whole(value, "prefix_padding_ms", 0, 2_000)
+    idle_timeout = _whole(value, "idle_timeout_ms", IDLE_TIMEOUT_MS[0], IDLE_TIMEOUT_MS[1])
     threshold = value.get("threshold")
     if threshold is not None and (
         isinstance(threshold, bool)
@@ -149,6 +151,7 @@ def turn_detection(value: Any) -> TurnDetection:
         silence_ms=silence,
         prefix_padding_ms=padding,
         threshold=None if threshold is None else float(threshold),
+        idle_timeout_ms=idle_timeout,
         **flags,
     )
 
@@ -231,6 +234,6 @@ def describe_turn_detection(detection: TurnDetection) -> dict[str, Any] | None:
         "threshold": detection.threshold,
         "prefix_padding_ms": detection.prefix_padding_ms,
         "silence_duration_ms": detection.silence_ms,
-        "idle_timeout_ms": None,
+        "idle_timeout_ms": detection.idle_timeout_ms,
         **flags,
     }

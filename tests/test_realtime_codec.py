@@ -23,10 +23,14 @@ from voice_agent.protocols.events import (
     FunctionCall,
     FunctionCallOutput,
     FunctionOutputAdded,
+    HistoryMessage,
+    HistoryMessageAdded,
     IdleTimeout,
     InputClear,
     InputCleared,
     InputCommit,
+    ItemRetrieve,
+    ItemRetrieved,
     Mark,
     Metrics,
     ProtocolError,
@@ -267,7 +271,7 @@ def errors_of(events) -> list[ProtocolError]:
         ('{"type": "session.update", "session": {"output_modalities": ["text"]}, "event_id": "x"}', "unsupported"),
         (
             '{"type": "conversation.item.create", "item": {"type": "message", "role": "assistant", "content": []}, "event_id": "x"}',
-            "unsupported",
+            "invalid_value",
         ),
         (
             '{"type": "conversation.item.create", "item": {"type": "message", "role": "user", "content": []}, "event_id": "x"}',
@@ -279,6 +283,19 @@ def errors_of(events) -> list[ProtocolError]:
             "item_not_found",
         ),
         ('{"type": "conversation.item.delete", "item_id": "nope", "event_id": "x"}', "unsupported"),
+        ('{"type": "conversation.item.retrieve", "item_id": "nope", "event_id": "x"}', "item_not_found"),
+        (
+            '{"type": "conversation.item.create", "item": {"role": "developer", "content": [{"text": "x"}]}, "event_id": "x"}',
+            "invalid_value",
+        ),
+        (
+            '{"type": "conversation.item.create", "item": {"role": "system", "content": [{"type": "input_text", "text": "x"}]}, "event_id": "x"}',
+            "option_not_allowed",
+        ),
+        (
+            '{"type": "conversation.item.create", "previous_item_id": "item_9", "item": {"role": "user", "content": [{"type": "input_text", "text": "x"}]}, "event_id": "x"}',
+            "unsupported",
+        ),
         ('{"type": "response.create", "response": {"instructions": 3}, "event_id": "x"}', "invalid_message"),
         ('{"type": "response.create", "response": {"conversation": "none"}, "event_id": "x"}', "unsupported"),
     ],
@@ -762,3 +779,41 @@ def test_idle_timeout_ms_on_server_vad_and_its_event():
     (triggered,) = send(codec, IdleTimeout(12_340))
     assert triggered["type"] == "input_audio_buffer.timeout_triggered"
     assert triggered["audio_start_ms"] == triggered["audio_end_ms"] == 12_340 and triggered["item_id"]
+
+
+def test_system_and_assistant_messages_and_retrieving_items():
+    codec = RealtimeProtocol(allow_client_prompt=True)
+    (system,) = receive(
+        codec,
+        type="conversation.item.create",
+        item={"type": "message", "role": "system", "content": [{"type": "input_text", "text": "Be terse."}]},
+    )
+    assert system == HistoryMessage("system", "Be terse.", "", system.item_id)
+    (assistant,) = receive(
+        codec,
+        type="conversation.item.create",
+        item={"id": "a1", "role": "assistant", "content": [{"type": "output_text", "text": "Hi, I'm Ann."}]},
+    )
+    assert assistant == HistoryMessage("assistant", "Hi, I'm Ann.", "", "a1")
+    added, _ = send(codec, HistoryMessageAdded("assistant", "Hi, I'm Ann.", "a1"))
+    assert added["item"]["content"] == [{"type": "output_text", "text": "Hi, I'm Ann."}] and added["item"]["id"] == "a1"
+    # previous_item_id may name the last item: the end of the conversation.
+    (text,) = receive(
+        codec,
+        type="conversation.item.create",
+        previous_item_id="a1",
+        item={"role": "user", "content": [{"type": "input_text", "text": "Hello."}]},
+    )
+    assert isinstance(text, UserText)
+    # A spoken turn's item, retrieved once its transcript is in.
+    send(codec, SpeechStarted(1, 0))
+    committed = send(codec, TurnCommitted(1, 900))
+    item_id = committed[-1]["item"]["id"]
+    send(codec, Transcript("user", "What time is it?", final=True))
+    (request,) = receive(codec, type="conversation.item.retrieve", item_id=item_id, event_id="r")
+    assert request == ItemRetrieve(item_id, "r")
+    (retrieved,) = send(codec, ItemRetrieved(item_id, "r"))
+    assert retrieved["type"] == "conversation.item.retrieved"
+    assert retrieved["item"]["content"] == [{"type": "input_audio", "transcript": "What time is it?"}]
+    (request,) = receive(codec, type="conversation.item.retrieve", item_id="a1")
+    assert send(codec, ItemRetrieved("a1"))[0]["item"]["role"] == "assistant"

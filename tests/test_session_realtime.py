@@ -11,6 +11,8 @@ from voice_agent.protocols.events import (
     SERVER_VAD,
     AgentAudio,
     Error,
+    HistoryMessage,
+    HistoryMessageAdded,
     IdleTimeout,
     InputClear,
     InputCleared,
@@ -368,4 +370,24 @@ async def test_idle_timeout_prompts_the_user_after_an_answer_unless_they_speak()
     timeouts = len(h.of(IdleTimeout))
     await h.feed(tone(0.5))  # speech starts before the timeout; it is still going when it would fire
     assert len(h.of(IdleTimeout)) == timeouts
+    await h.session.close()
+
+
+async def test_system_and_assistant_messages_join_the_history_and_the_next_prompt():
+    h = Harness()
+    h.session.handle(HistoryMessage("assistant", "Welcome to Ann's bakery.", "m1", "a1"))
+    h.session.handle(HistoryMessage("system", "The bakery closes at six.", "m2", "s1"))
+    assert h.of(HistoryMessageAdded) == [
+        HistoryMessageAdded("assistant", "Welcome to Ann's bakery.", "a1"),
+        HistoryMessageAdded("system", "The bakery closes at six.", "s1"),
+    ]
+    assert not h.llm.requests and not h.of(ResponseStarted)  # no answer follows
+    h.session.handle(UserText("When do you close?"))
+    h.session.handle(ResponseRequest())
+    await h.until(lambda: h.of(ResponseEnded))
+    assert h.llm.requests[0][1:] == [
+        {"role": "assistant", "content": "Welcome to Ann's bakery."},
+        {"role": "system", "content": "The bakery closes at six."},
+        {"role": "user", "content": "When do you close?"},
+    ]
     await h.session.close()

@@ -32,11 +32,15 @@ from .protocols.events import (
     Error,
     FunctionCallOutput,
     FunctionOutputAdded,
+    HistoryMessage,
+    HistoryMessageAdded,
     IdleTimeout,
     InputClear,
     InputCleared,
     InputCommit,
     InputEvent,
+    ItemRetrieve,
+    ItemRetrieved,
     ResponseCancel,
     ResponseRequest,
     SessionConfig,
@@ -76,6 +80,8 @@ CLIENT_CONTROL_EVENTS = (
     ResponseCancel,
     TruncateRequest,
     FunctionCallOutput,
+    HistoryMessage,
+    ItemRetrieve,
 )
 
 
@@ -141,6 +147,12 @@ class ClientControl:
             self._on_truncate(event)
         elif isinstance(event, FunctionCallOutput):
             self._on_function_output(event)
+        elif isinstance(event, HistoryMessage):
+            # Into the history at once, before any user text still waiting for a response.
+            self._session.conversation.history.append({"role": event.role, "content": event.text})
+            self._session.emit(HistoryMessageAdded(event.role, event.text, event.item_id))
+        elif isinstance(event, ItemRetrieve):
+            self._session.emit(ItemRetrieved(event.item_id, event.event_id))
 
     def _on_text(self, event: UserText) -> None:
         """Typed text waits for a response: a bounded number of items, and of characters, so a client cannot

@@ -32,6 +32,7 @@ from .protocols.events import (
     AudioReceived,
     CallEnded,
     Error,
+    HistoryMessage,
     InputEvent,
     OutputEvent,
     ResponseRequest,
@@ -57,9 +58,9 @@ FLUSH_S = 2.0  # how long a closing session may take to send what it already emi
 CLOSE_S = 2.0  # how long the close frame may wait for room; the session ends either way
 
 # What counts against the text-turn rate: each asks the LLM for an answer, or adds words an answer will take
-# (a Realtime client's text item and response.create; not a response.create after the outputs of its function
+# (a Realtime client's text and other messages, and response.create; not a response.create after the outputs of its function
 # calls, which goes on with the answer that made them, as the server's own tool rounds do).
-TEXT_TURNS = (TextReceived, UserText, ResponseRequest)
+TEXT_TURNS = (TextReceived, UserText, HistoryMessage, ResponseRequest)
 
 _DEADLINE_CLOSE = {
     Deadlines.IDLE: "idle timeout",

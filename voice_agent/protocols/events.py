@@ -150,6 +150,24 @@ class ResponseRequest:
 
 
 @dataclass(frozen=True)
+class HistoryMessage:
+    """A system or assistant message the client adds to the history as it stands (no answer follows)."""
+
+    role: str  # "system" or "assistant"
+    text: str
+    event_id: str = ""
+    item_id: str = ""  # the codec's id for the item, told back in HistoryMessageAdded
+
+
+@dataclass(frozen=True)
+class ItemRetrieve:
+    """The client asks for an item of the conversation again; the codec knows it."""
+
+    item_id: str
+    event_id: str = ""
+
+
+@dataclass(frozen=True)
 class FunctionCallOutput:
     """The result of a function call the client ran (FunctionCall), for the history."""
 
@@ -188,6 +206,8 @@ InputEvent = (
     | ResponseCancel
     | TruncateRequest
     | FunctionCallOutput
+    | HistoryMessage
+    | ItemRetrieve
 )
 
 # Output events: session to client.
@@ -323,6 +343,19 @@ class ResponseEnded:
 
 
 @dataclass(frozen=True)
+class HistoryMessageAdded:
+    role: str
+    text: str
+    item_id: str = ""  # HistoryMessage's
+
+
+@dataclass(frozen=True)
+class ItemRetrieved:
+    item_id: str
+    event_id: str = ""
+
+
+@dataclass(frozen=True)
 class FunctionCall:
     """Answer ``response`` asks the client to run a function; sent before its ResponseEnded."""
 
@@ -369,6 +402,8 @@ OutputEvent = (
     | Truncated
     | FunctionCall
     | FunctionOutputAdded
+    | HistoryMessageAdded
+    | ItemRetrieved
     | CallEnded
     | CallTransferred
 )

@@ -40,11 +40,15 @@ from .events import (
     FunctionCall,
     FunctionCallOutput,
     FunctionOutputAdded,
+    HistoryMessage,
+    HistoryMessageAdded,
     IdleTimeout,
     InputClear,
     InputCleared,
     InputCommit,
     InputEvent,
+    ItemRetrieve,
+    ItemRetrieved,
     Metrics,
     OutputEvent,
     ProtocolError,
@@ -79,6 +83,12 @@ MAX_TEXT_CHARS = 2000
 MAX_MESSAGE_CHARS = 1 << 20
 # Items whose ids a later event may name (truncate, a merged turn): more than any client keeps unplayed.
 REMEMBERED_ITEMS = 64
+# The content a message of each role may hold, and where its words are.
+_CONTENT_TYPES = {
+    "user": ("input_text", "text"),
+    "system": ("input_text", "text"),
+    "assistant": ("output_text", "text", "output_audio"),
+}
 MAX_ID_CHARS = 64  # a client's item and event ids, echoed back: longer than the SDKs make
 
 
@@ -113,6 +123,7 @@ class _Conversation:
     response: _Response | None = None
     responses: OrderedDict[str, int] = field(default_factory=OrderedDict)  # item id -> response number
     user_items: OrderedDict[int, str] = field(default_factory=OrderedDict)  # turn -> item id, recent turns
+    items: OrderedDict[str, dict[str, Any]] = field(default_factory=OrderedDict)  # recent items, as they stand
 
 
 class RealtimeProtocol:
@@ -261,33 +272,47 @@ class RealtimeProtocol:
 
     def _on_item_create(self, message: dict[str, Any], event_id: str) -> list[InputEvent]:
         item = fields.object_field(message, "item")
+        previous = message.get("previous_item_id")
+        if previous is not None and previous != self._conversation.last_item:
+            raise Invalid("unsupported", "items are added at the end only: previous_item_id must be the last item's")
         kind = item.get("type", "message")
         if kind == "function_call_output":
             return self._on_function_output(item, event_id)
         if kind != "message":
-            raise Invalid("unsupported", f"items of type {printable(kind)} are not supported; only user text messages")
-        if item.get("role") != "user":
-            raise Invalid(
-                "unsupported", f"messages with role {printable(item.get('role'))} are not supported; only user"
-            )
+            raise Invalid("unsupported", f"items of type {printable(kind)} are not supported; only messages")
+        role = item.get("role")
+        if role not in _CONTENT_TYPES:
+            raise Invalid("invalid_value", f"a message's role is user, assistant or system, not {printable(role)}")
+        if role == "system" and not self.allow_client_prompt:
+            raise Invalid("option_not_allowed", "this server does not let clients add system messages; ignored")
         content = item.get("content")
         if not isinstance(content, list) or not content:
-            raise Invalid("invalid_value", "a user message needs a content list")
+            raise Invalid("invalid_value", f"a {role} message needs a content list")
         texts = []
         for part in content:
-            if not isinstance(part, dict) or part.get("type") not in ("input_text", "text"):
-                raise Invalid("unsupported", "only input_text content is supported in user messages")
-            if not isinstance(part.get("text"), str):
-                raise Invalid("invalid_value", "input_text needs a string text")
-            texts.append(part["text"])
+            kind = part.get("type") if isinstance(part, dict) else None
+            if kind not in _CONTENT_TYPES[role]:
+                raise Invalid("unsupported", f"{role} messages take {' or '.join(_CONTENT_TYPES[role])} content")
+            text = part.get("transcript" if kind == "output_audio" else "text")
+            if not isinstance(text, str):
+                raise Invalid("invalid_value", f"{kind} content needs a string text")
+            texts.append(text)
         text = " ".join(" ".join(texts).split())
         if not text:
-            raise Invalid("invalid_value", "the user message has no text")
+            raise Invalid("invalid_value", f"the {role} message has no text")
         if len(text) > MAX_TEXT_CHARS:
-            raise Invalid("invalid_value", f"the user message is over {MAX_TEXT_CHARS} characters")
+            raise Invalid("invalid_value", f"the {role} message is over {MAX_TEXT_CHARS} characters")
         if (refused := user_text_error(text)) is not None:
             raise Invalid(refused.code, refused.message)
-        return [UserText(text, event_id, self._item_id(item))]
+        if role == "user":
+            return [UserText(text, event_id, self._item_id(item))]
+        return [HistoryMessage(role, text, event_id, self._item_id(item))]
+
+    def _on_item_retrieve(self, message: dict[str, Any], event_id: str) -> list[InputEvent]:
+        item_id = message.get("item_id")
+        if not isinstance(item_id, str) or item_id not in self._conversation.items:
+            raise Invalid("item_not_found", f"no item {printable(item_id)} in the conversation")
+        return [ItemRetrieve(item_id, event_id)]
 
     def _on_function_output(self, item: dict[str, Any], event_id: str) -> list[InputEvent]:
         call_id, output = item.get("call_id"), item.get("output")
@@ -401,6 +426,8 @@ class RealtimeProtocol:
         return [self._transcription_completed(c.committed.popleft(), event.text)]
 
     def _transcription_completed(self, item: _UserItem, transcript: str) -> str:
+        if (kept := self._conversation.items.get(item.id)) is not None:
+            kept["content"][0]["transcript"] = transcript
         seconds = max(0, item.audio_end_ms - item.audio_start_ms) / 1000.0
         return self._event(
             "conversation.item.input_audio_transcription.completed",
@@ -437,21 +464,8 @@ class RealtimeProtocol:
         c.user_items[item.turn] = item.id
         while len(c.user_items) > REMEMBERED_ITEMS:
             c.user_items.popitem(last=False)
-        previous, c.last_item = c.last_item, item.id
-        user_item = {
-            "id": item.id,
-            "object": "realtime.item",
-            "type": "message",
-            "role": "user",
-            "status": "completed",
-            "content": [{"type": "input_audio", "transcript": None}],
-        }
-        messages += [
-            self._event("input_audio_buffer.committed", item_id=item.id, previous_item_id=previous),
-            self._event("conversation.item.added", item=user_item, previous_item_id=previous),
-            self._event("conversation.item.done", item=user_item, previous_item_id=previous),
-        ]
-        return messages
+        messages.append(self._event("input_audio_buffer.committed", item_id=item.id, previous_item_id=c.last_item))
+        return messages + self._added(_message(item.id, "user", {"type": "input_audio", "transcript": None}))
 
     def _render_ignored(self, event: TurnIgnored) -> list[str]:
         c = self._conversation
@@ -460,6 +474,7 @@ class RealtimeProtocol:
             c.committed.remove(item)
         if event.merged:  # its audio and words are the next turn's now, even if its transcript was sent
             item_id = c.user_items.pop(event.turn, None)
+            c.items.pop(item_id or "", None)
             return [] if item_id is None else [self._event("conversation.item.deleted", item_id=item_id)]
         return [] if item is None else [self._transcription_completed(item, "")]
 
@@ -480,21 +495,37 @@ class RealtimeProtocol:
         ]
 
     def _render_text_added(self, event: UserTextAdded) -> list[str]:
-        c = self._conversation
         item_id = event.item_id or self._id("item")
-        previous, c.last_item = c.last_item, item_id
-        item = {
-            "id": item_id,
-            "object": "realtime.item",
-            "type": "message",
-            "role": "user",
-            "status": "completed",
-            "content": [{"type": "input_text", "text": event.text}],
-        }
+        return self._added(_message(item_id, "user", {"type": "input_text", "text": event.text}))
+
+    def _render_history_message(self, event: HistoryMessageAdded) -> list[str]:
+        part_type = "output_text" if event.role == "assistant" else "input_text"
+        item_id = event.item_id or self._id("item")
+        return self._added(_message(item_id, event.role, {"type": part_type, "text": event.text}))
+
+    def _render_retrieved(self, event: ItemRetrieved) -> list[str]:
+        item = self._conversation.items.get(event.item_id)
+        if item is None:
+            return self._render_error(Error("item_not_found", "that item is no longer known", event.event_id))
+        return [self._event("conversation.item.retrieved", item=item)]
+
+    def _added(self, item: dict[str, Any]) -> list[str]:
+        """A new item at the end of the conversation: added and done at once."""
+        c = self._conversation
+        previous, c.last_item = c.last_item, item["id"]
+        self._keep(item)
         return [
             self._event("conversation.item.added", item=item, previous_item_id=previous),
             self._event("conversation.item.done", item=item, previous_item_id=previous),
         ]
+
+    def _keep(self, item: dict[str, Any]) -> None:
+        """``item`` as conversation.item.retrieve tells it, for a while."""
+        items = self._conversation.items
+        items[item["id"]] = item
+        items.move_to_end(item["id"])
+        while len(items) > REMEMBERED_ITEMS:
+            items.popitem(last=False)
 
     def _render_response_started(self, event: ResponseStarted) -> list[str]:
         c = self._conversation
@@ -511,6 +542,7 @@ class RealtimeProtocol:
             c.responses.popitem(last=False)
         previous, c.last_item = c.last_item, response.item_id
         item = self._assistant_item(response, "in_progress", content=[])
+        self._keep(item)
         return [
             self._event("response.created", response=self._response_object(response, "in_progress", [])),
             self._event("response.output_item.added", response_id=response.id, output_index=0, item=item),
@@ -533,6 +565,7 @@ class RealtimeProtocol:
             content=[{"type": "output_audio", "transcript": response.transcript}],
         )
         part = {"type": "audio", "transcript": response.transcript}
+        self._keep(item)
         return [
             self._event("response.output_audio.done", **self._part(response)),
             self._event(
@@ -568,6 +601,7 @@ class RealtimeProtocol:
             "response.output_item.added", response_id=response.id, output_index=where["output_index"], item=dict(item)
         )
         item.update(status="completed", arguments=event.arguments)
+        self._keep(item)
         return [
             added,
             self._event(
@@ -593,26 +627,22 @@ class RealtimeProtocol:
         ]
 
     def _render_function_output(self, event: FunctionOutputAdded) -> list[str]:
-        c = self._conversation
-        item_id = event.item_id or self._id("item")
-        previous, c.last_item = c.last_item, item_id
         item = {
-            "id": item_id,
+            "id": event.item_id or self._id("item"),
             "object": "realtime.item",
             "type": "function_call_output",
             "status": "completed",
             "call_id": event.call_id,
             "output": event.output,
         }
-        return [
-            self._event("conversation.item.added", item=item, previous_item_id=previous),
-            self._event("conversation.item.done", item=item, previous_item_id=previous),
-        ]
+        return self._added(item)
 
     def _render_truncated(self, event: Truncated) -> list[str]:
         item_id = next((i for i, n in self._conversation.responses.items() if n == event.response), None)
         if item_id is None:
             return []
+        if (kept := self._conversation.items.get(item_id)) is not None and kept["content"]:
+            kept["content"][0]["transcript"] = event.text
         return [
             self._event(
                 "conversation.item.truncated", item_id=item_id, content_index=0, audio_end_ms=event.audio_end_ms
@@ -705,6 +735,17 @@ class RealtimeProtocol:
         return f"{prefix}_{next(self._ids):06d}"
 
 
+def _message(item_id: str, role: str, part: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "id": item_id,
+        "object": "realtime.item",
+        "type": "message",
+        "role": role,
+        "status": "completed",
+        "content": [part],
+    }
+
+
 _HANDLERS: dict[str, Callable[[RealtimeProtocol, dict[str, Any], str], list[InputEvent]]] = {
     "session.update": RealtimeProtocol._on_session_update,
     "input_audio_buffer.append": RealtimeProtocol._on_append,
@@ -713,7 +754,7 @@ _HANDLERS: dict[str, Callable[[RealtimeProtocol, dict[str, Any], str], list[Inpu
     "conversation.item.create": RealtimeProtocol._on_item_create,
     "conversation.item.truncate": RealtimeProtocol._on_item_truncate,
     "conversation.item.delete": RealtimeProtocol._unsupported,
-    "conversation.item.retrieve": RealtimeProtocol._unsupported,
+    "conversation.item.retrieve": RealtimeProtocol._on_item_retrieve,
     "output_audio_buffer.clear": RealtimeProtocol._unsupported,
     "response.create": RealtimeProtocol._on_response_create,
     "response.cancel": RealtimeProtocol._on_response_cancel,
@@ -733,6 +774,8 @@ _RENDERERS: dict[type, Callable[[RealtimeProtocol, Any], list[str]]] = {
     Truncated: RealtimeProtocol._render_truncated,
     FunctionCall: RealtimeProtocol._render_function_call,
     FunctionOutputAdded: RealtimeProtocol._render_function_output,
+    HistoryMessageAdded: RealtimeProtocol._render_history_message,
+    ItemRetrieved: RealtimeProtocol._render_retrieved,
     SessionConfig: RealtimeProtocol._render_config,
     Metrics: RealtimeProtocol._render_metrics,
     Error: RealtimeProtocol._render_error,

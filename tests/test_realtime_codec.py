@@ -703,8 +703,14 @@ def test_bad_tools_are_refused_and_the_rest_of_the_update_applies(tools):
 def test_a_function_call_is_an_output_item_of_the_response_and_its_output_an_item():
     codec = RealtimeProtocol()
     send(codec, ResponseStarted(1))
-    events = send(codec, FunctionCall(1, "call_1", "get_weather", '{"city": "Paris"}'))
-    assert [e["type"] for e in events] == [
+    assert send(codec, FunctionCall(1, "call_1", "get_weather", '{"city": "Paris"}')) == []  # told at the end
+    assert send(codec, FunctionCall(1, "call_2", "get_weather", "{}")) == []
+    events = send(codec, ResponseEnded(1, "completed"))
+    types = [e["type"] for e in events]
+    message_done = types.index("response.output_item.done")
+    assert events[message_done]["item"]["type"] == "message"  # the message (output 0) is done first
+    calls = events[message_done + 2 : -1]
+    assert [e["type"] for e in calls[:6]] == [
         "response.output_item.added",
         "conversation.item.added",
         "response.function_call_arguments.delta",
@@ -712,16 +718,16 @@ def test_a_function_call_is_an_output_item_of_the_response_and_its_output_an_ite
         "response.output_item.done",
         "conversation.item.done",
     ]
-    added, _, delta, done, item_done, _ = events
-    assert added["output_index"] == 1 and added["item"]["type"] == "function_call"  # after the message, at 0
+    added, _, delta, done, item_done, _ = calls[:6]
+    assert added["output_index"] == 1 and added["item"]["type"] == "function_call"
     assert added["item"]["status"] == "in_progress" and added["item"]["arguments"] == ""
     assert delta["delta"] == '{"city": "Paris"}' and delta["call_id"] == "call_1"
     assert (done["name"], done["call_id"], done["arguments"]) == ("get_weather", "call_1", '{"city": "Paris"}')
     assert done["item_id"] == added["item"]["id"] == item_done["item"]["id"]
     assert item_done["item"] == {**added["item"], "status": "completed", "arguments": '{"city": "Paris"}'}
-    second = send(codec, FunctionCall(1, "call_2", "get_weather", "{}"))
-    assert second[0]["output_index"] == 2
-    response_done = send(codec, ResponseEnded(1, "completed"))[-1]
+    assert calls[6]["output_index"] == 2 and calls[6]["item"]["call_id"] == "call_2"
+    response_done = events[-1]
+    assert response_done["type"] == "response.done"
     output = response_done["response"]["output"]
     assert [o["type"] for o in output] == ["message", "function_call", "function_call"]
     assert [o.get("call_id") for o in output[1:]] == ["call_1", "call_2"]

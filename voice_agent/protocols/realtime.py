@@ -101,7 +101,7 @@ class _Response:
     format: AudioFormat
     resampler: StreamResampler
     transcript: str = ""  # what the agent said so far, or the heard part once it was interrupted
-    calls: list[dict[str, Any]] = field(default_factory=list)  # its function_call items, after its message
+    calls: list[dict[str, Any]] = field(default_factory=list)  # its function_call items, told after its message
 
 
 @dataclass
@@ -574,6 +574,7 @@ class RealtimeProtocol:
             self._event("response.content_part.done", **self._part(response), part=part),
             self._event("response.output_item.done", response_id=response.id, output_index=0, item=item),
             self._event("conversation.item.done", item=item),
+            *self._function_call_items(response),
             self._event(
                 "response.done",
                 response=self._response_object(response, status, [item, *response.calls], reason=event.reason),
@@ -581,50 +582,49 @@ class RealtimeProtocol:
         ]
 
     def _render_function_call(self, event: FunctionCall) -> list[str]:
+        """Kept for the response's end: its function_call items follow its message, done first."""
         response = self._conversation.response
-        if response is None or response.number != event.response:
-            return []
-        item = {
-            "id": self._id("item"),
-            "object": "realtime.item",
-            "type": "function_call",
-            "status": "in_progress",
-            "name": event.name,
-            "call_id": event.call_id,
-            "arguments": "",
-        }
-        response.calls.append(item)
-        c = self._conversation
-        previous, c.last_item = c.last_item, item["id"]
-        where = {"response_id": response.id, "item_id": item["id"], "output_index": len(response.calls)}
-        added = self._event(
-            "response.output_item.added", response_id=response.id, output_index=where["output_index"], item=dict(item)
-        )
-        item.update(status="completed", arguments=event.arguments)
-        self._keep(item)
-        return [
-            added,
-            self._event(
-                "conversation.item.added",
-                item={**item, "status": "in_progress", "arguments": ""},
-                previous_item_id=previous,
-            ),
-            # The model's arguments come whole: the LLM stream's tool calls are assembled before they are handed on.
-            self._event(
-                "response.function_call_arguments.delta", **where, call_id=event.call_id, delta=event.arguments
-            ),
-            self._event(
-                "response.function_call_arguments.done",
-                **where,
-                call_id=event.call_id,
-                name=event.name,
-                arguments=event.arguments,
-            ),
-            self._event(
-                "response.output_item.done", response_id=response.id, output_index=where["output_index"], item=item
-            ),
-            self._event("conversation.item.done", item=item),
-        ]
+        if response is not None and response.number == event.response:
+            response.calls.append(
+                {
+                    "id": self._id("item"),
+                    "object": "realtime.item",
+                    "type": "function_call",
+                    "status": "completed",
+                    "name": event.name,
+                    "call_id": event.call_id,
+                    "arguments": event.arguments,
+                }
+            )
+        return []
+
+    def _function_call_items(self, response: _Response) -> list[str]:
+        messages = []
+        for output_index, item in enumerate(response.calls, start=1):
+            where = {"response_id": response.id, "item_id": item["id"], "output_index": output_index}
+            in_progress = {**item, "status": "in_progress", "arguments": ""}
+            c = self._conversation
+            previous, c.last_item = c.last_item, item["id"]
+            self._keep(item)
+            call = {"call_id": item["call_id"]}
+            messages += [
+                self._event(
+                    "response.output_item.added", response_id=response.id, output_index=output_index, item=in_progress
+                ),
+                self._event("conversation.item.added", item=in_progress, previous_item_id=previous),
+                # The arguments come whole: the LLM stream's tool calls are assembled before they are handed on.
+                self._event("response.function_call_arguments.delta", **where, **call, delta=item["arguments"]),
+                self._event(
+                    "response.function_call_arguments.done",
+                    **where,
+                    **call,
+                    name=item["name"],
+                    arguments=item["arguments"],
+                ),
+                self._event("response.output_item.done", response_id=response.id, output_index=output_index, item=item),
+                self._event("conversation.item.done", item=item),
+            ]
+        return messages
 
     def _render_function_output(self, event: FunctionOutputAdded) -> list[str]:
         item = {

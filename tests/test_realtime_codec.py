@@ -532,6 +532,11 @@ def test_the_other_codecs_ignore_the_realtime_events():
         ResponseStarted(1),
         ResponseEnded(1, "completed"),
         Truncated(1, 10, ""),
+        FunctionCall(1, "call_1", "f", "{}"),
+        FunctionOutputAdded("call_1", "{}"),
+        HistoryMessageAdded("system", "x"),
+        ItemRetrieved("item_1"),
+        IdleTimeout(10),
     ):
         assert NativeProtocol().send(event) is None
         assert twilio.send(event) is None

@@ -22,6 +22,10 @@ called again with the same arguments before an answer was heard to its end
 gets its first result instead of running twice. Side-effecting tools of a
 held (preemptive) answer wait until the turn is committed: a user who goes on
 talking has not asked for them yet.
+
+A Realtime client's own functions (:mod:`.client_tools`) are offered beside
+the server's but never run here: a round that calls one runs the server's
+calls of that round, then yields the client's calls and ends the answer.
 """
 
 from __future__ import annotations

@@ -16,6 +16,8 @@ from voice_agent.protocols.events import (
     FunctionCall,
     FunctionCallOutput,
     FunctionOutputAdded,
+    ItemDelete,
+    ItemDeleted,
     ResponseEnded,
     ResponseRequest,
     SessionConfig,
@@ -256,4 +258,19 @@ async def test_a_call_made_while_the_answer_is_interrupted_is_never_handed_over(
     assert not [c for c in h.of(FunctionCall) if h.of(ResponseEnded)[0].response == c.response]
     assert all(not m.get("tool_calls") for m in h.session.history[:2])
     assert any(isinstance(e, Transcript) and e.role == "agent" for e in h.events)
+    await h.session.close()
+
+
+async def test_deleting_an_answer_that_called_a_function_takes_its_results_too():
+    h = tool_harness()
+    h.session.handle(SessionUpdate(tools=WEATHER))
+    h.session.handle(UserText("What's the weather?"))
+    h.session.handle(ResponseRequest())
+    await h.until(lambda: h.of(ResponseEnded))
+    (call,) = h.of(FunctionCall)
+    h.session.handle(ItemDelete("item_answer", "d", response=call.response))
+    assert h.of(ItemDeleted) == [ItemDeleted("item_answer")]
+    assert h.session.history == [{"role": "user", "content": "What's the weather?"}]  # a valid chat still
+    h.session.handle(FunctionCallOutput(call.call_id, "{}", "late"))
+    assert [(e.code, e.event_id) for e in h.of(Error)] == [("function_call_not_pending", "late")]
     await h.session.close()

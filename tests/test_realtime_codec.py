@@ -29,6 +29,8 @@ from voice_agent.protocols.events import (
     InputClear,
     InputCleared,
     InputCommit,
+    ItemDelete,
+    ItemDeleted,
     ItemRetrieve,
     ItemRetrieved,
     Mark,
@@ -282,7 +284,7 @@ def errors_of(events) -> list[ProtocolError]:
             '{"type": "conversation.item.truncate", "item_id": "nope", "audio_end_ms": 10, "event_id": "x"}',
             "item_not_found",
         ),
-        ('{"type": "conversation.item.delete", "item_id": "nope", "event_id": "x"}', "unsupported"),
+        ('{"type": "conversation.item.delete", "item_id": "nope", "event_id": "x"}', "item_not_found"),
         ('{"type": "conversation.item.retrieve", "item_id": "nope", "event_id": "x"}', "item_not_found"),
         (
             '{"type": "conversation.item.create", "item": {"role": "developer", "content": [{"text": "x"}]}, "event_id": "x"}',
@@ -828,3 +830,19 @@ def test_system_and_assistant_messages_and_retrieving_items():
     assert retrieved["item"]["content"] == [{"type": "input_audio", "transcript": "What time is it?"}]
     (request,) = receive(codec, type="conversation.item.retrieve", item_id="a1")
     assert send(codec, ItemRetrieved("a1"))[0]["item"]["role"] == "assistant"
+
+
+def test_deleting_an_item_names_its_answer_and_forgets_it():
+    codec = RealtimeProtocol()
+    started = send(codec, ResponseStarted(3))
+    item_id = started[1]["item"]["id"]
+    send(codec, ResponseEnded(3, "completed"))
+    assert receive(codec, type="conversation.item.delete", item_id=item_id, event_id="d") == [
+        ItemDelete(item_id, "d", 3)
+    ]
+    (deleted,) = send(codec, ItemDeleted(item_id))
+    assert deleted["type"] == "conversation.item.deleted" and deleted["item_id"] == item_id
+    (error,) = receive(codec, type="conversation.item.retrieve", item_id=item_id)
+    assert error.code == "item_not_found"
+    (error,) = receive(codec, type="conversation.item.delete", item_id=item_id)
+    assert error.code == "item_not_found"

@@ -39,6 +39,8 @@ from .protocols.events import (
     InputCleared,
     InputCommit,
     InputEvent,
+    ItemDelete,
+    ItemDeleted,
     ItemRetrieve,
     ItemRetrieved,
     ResponseCancel,
@@ -82,6 +84,7 @@ CLIENT_CONTROL_EVENTS = (
     FunctionCallOutput,
     HistoryMessage,
     ItemRetrieve,
+    ItemDelete,
 )
 
 
@@ -105,6 +108,9 @@ class ClientControl:
         self.tools: ToolSchemas = ()  # the client's functions (client_tools.py), and how the LLM may choose them
         self.tool_choice: ToolChoice = AUTO
         self.calls = ClientCalls()
+        # Items the client may delete: text waiting for a response, and the messages it added, by item id.
+        self._texts: OrderedDict[str, asyncio.Future[str]] = OrderedDict()
+        self._messages: OrderedDict[str, Message] = OrderedDict()
         self._idle: asyncio.TimerHandle | None = None  # idle_timeout_ms: the wait for the user after an answer
         self._spoken: OrderedDict[int, _Spoken] = OrderedDict()
 
@@ -149,10 +155,14 @@ class ClientControl:
             self._on_function_output(event)
         elif isinstance(event, HistoryMessage):
             # Into the history at once, before any user text still waiting for a response.
-            self._session.conversation.history.append({"role": event.role, "content": event.text})
+            message = {"role": event.role, "content": event.text}
+            self._session.conversation.history.append(message)
+            _keep_recent(self._messages, event.item_id, message)
             self._session.emit(HistoryMessageAdded(event.role, event.text, event.item_id))
         elif isinstance(event, ItemRetrieve):
             self._session.emit(ItemRetrieved(event.item_id, event.event_id))
+        elif isinstance(event, ItemDelete):
+            self._on_delete(event)
 
     def _on_text(self, event: UserText) -> None:
         """Typed text waits for a response: a bounded number of items, and of characters, so a client cannot
@@ -167,18 +177,19 @@ class ClientControl:
             message = f"over {settings.max_pending_chars} characters of text would wait for a response. Ignored"
             self._session.emit(Error("pending_text_too_long", message, event.event_id))
             return
-        self.add_input(event.text)
+        _keep_recent(self._texts, event.item_id, self.add_input(event.text))
         self._session.emit(UserTextAdded(event.text, event.item_id))
 
     def _ready(self) -> list[asyncio.Future[str]]:
         """User input waiting for an answer whose words are known already."""
         return [item for item in self._inputs if item.done() and not item.cancelled() and item.exception() is None]
 
-    def add_input(self, text: str) -> None:
+    def add_input(self, text: str) -> asyncio.Future[str]:
         """User words the client will ask a response to (typed text, a turn it answers itself)."""
         future: asyncio.Future[str] = asyncio.get_running_loop().create_future()
         future.set_result(text)
         self._inputs.append(future)
+        return future
 
     def take_ready_input(self) -> str:
         """The words of user input waiting for an answer that are known already, taken off the queue."""
@@ -365,6 +376,27 @@ class ClientControl:
             return
         self._session.interrupt(CLIENT_CANCELLED)
 
+    def _on_delete(self, event: ItemDelete) -> None:
+        """An answer heard and remembered, a message the client added, or text still waiting for a response."""
+        session = self._session
+        text = self._texts.pop(event.item_id, None)
+        if text is not None and text in self._inputs:
+            self._inputs.remove(text)
+            session.emit(ItemDeleted(event.item_id))
+            return
+        spoken = self._spoken.get(event.response) if event.response is not None else None
+        message = spoken.message if spoken is not None else self._messages.get(event.item_id)
+        if message is None or not session.conversation.forget(message):
+            refusal = (
+                "only a finished answer, a message the client added, or text still waiting for a response can be "
+                "deleted; user speech and text already answered are part of a turn, calls part of their answer"
+            )
+            session.emit(Error("item_not_deletable", refusal, event.event_id))
+            return
+        self._messages.pop(event.item_id, None)
+        self.calls.forget({call["id"] for call in message.get("tool_calls") or ()})
+        session.emit(ItemDeleted(event.item_id))
+
     def _on_function_output(self, event: FunctionCallOutput) -> None:
         if self.calls.answer(event.call_id, event.output):
             self._session.emit(FunctionOutputAdded(event.call_id, event.output, event.item_id))
@@ -391,3 +423,11 @@ class ClientControl:
         else:
             spoken.cut_s = seconds
         self._session.emit(Truncated(event.response, event.audio_end_ms, text))
+
+
+def _keep_recent(items: OrderedDict, item_id: str, value: object) -> None:
+    """``items[item_id] = value``, keeping the last ``REMEMBERED_ANSWERS``: an id older than that is not deletable."""
+    if item_id:
+        items[item_id] = value
+        while len(items) > REMEMBERED_ANSWERS:
+            items.popitem(last=False)

@@ -62,6 +62,11 @@ class ClientCalls:
         result["content"] = output
         return True
 
+    def forget(self, call_ids: set[str]) -> None:
+        """Those calls left the history: no output is waited for."""
+        for call_id in call_ids:
+            self._waiting.pop(call_id, None)
+
     def close(self) -> None:
         """A new answer begins: the calls without an output get none."""
         for result in self._waiting.values():

@@ -136,6 +136,18 @@ class Conversation:
         self._prefill_soon()
         return answer
 
+    def forget(self, message: Message) -> bool:
+        """Take ``message`` (this very one) out of the history, with the results of the calls it made; False if
+        it is not there."""
+        if not any(m is message for m in self.history):
+            return False
+        calls = {call["id"] for call in message.get("tool_calls") or ()}
+        self.history = [
+            m for m in self.history if m is not message and not (m["role"] == "tool" and m.get("tool_call_id") in calls)
+        ]
+        self._prefill_soon()
+        return True
+
     def truncate(self, answer: Message, heard: str) -> None:
         """Keep only ``heard`` of an answer in the history."""
         answer["content"] = heard

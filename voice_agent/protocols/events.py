@@ -168,6 +168,15 @@ class ItemRetrieve:
 
 
 @dataclass(frozen=True)
+class ItemDelete:
+    """The client takes an item out of the conversation."""
+
+    item_id: str
+    event_id: str = ""
+    response: int | None = None  # the answer the item is, if it is one
+
+
+@dataclass(frozen=True)
 class FunctionCallOutput:
     """The result of a function call the client ran (FunctionCall), for the history."""
 
@@ -208,6 +217,7 @@ InputEvent = (
     | FunctionCallOutput
     | HistoryMessage
     | ItemRetrieve
+    | ItemDelete
 )
 
 # Output events: session to client.
@@ -350,6 +360,11 @@ class HistoryMessageAdded:
 
 
 @dataclass(frozen=True)
+class ItemDeleted:
+    item_id: str
+
+
+@dataclass(frozen=True)
 class ItemRetrieved:
     item_id: str
     event_id: str = ""
@@ -403,6 +418,7 @@ OutputEvent = (
     | FunctionCall
     | FunctionOutputAdded
     | HistoryMessageAdded
+    | ItemDeleted
     | ItemRetrieved
     | CallEnded
     | CallTransferred

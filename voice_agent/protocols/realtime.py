@@ -47,6 +47,8 @@ from .events import (
     InputCleared,
     InputCommit,
     InputEvent,
+    ItemDelete,
+    ItemDeleted,
     ItemRetrieve,
     ItemRetrieved,
     Metrics,
@@ -308,6 +310,12 @@ class RealtimeProtocol:
             return [UserText(text, event_id, self._item_id(item))]
         return [HistoryMessage(role, text, event_id, self._item_id(item))]
 
+    def _on_item_delete(self, message: dict[str, Any], event_id: str) -> list[InputEvent]:
+        item_id = message.get("item_id")
+        if not isinstance(item_id, str) or item_id not in self._conversation.items:
+            raise Invalid("item_not_found", f"no item {printable(item_id)} in the conversation")
+        return [ItemDelete(item_id, event_id, self._conversation.responses.get(item_id))]
+
     def _on_item_retrieve(self, message: dict[str, Any], event_id: str) -> list[InputEvent]:
         item_id = message.get("item_id")
         if not isinstance(item_id, str) or item_id not in self._conversation.items:
@@ -502,6 +510,14 @@ class RealtimeProtocol:
         part_type = "output_text" if event.role == "assistant" else "input_text"
         item_id = event.item_id or self._id("item")
         return self._added(_message(item_id, event.role, {"type": part_type, "text": event.text}))
+
+    def _render_deleted(self, event: ItemDeleted) -> list[str]:
+        c = self._conversation
+        c.items.pop(event.item_id, None)
+        c.responses.pop(event.item_id, None)
+        if c.last_item == event.item_id:
+            c.last_item = next(reversed(c.items), None)
+        return [self._event("conversation.item.deleted", item_id=event.item_id)]
 
     def _render_retrieved(self, event: ItemRetrieved) -> list[str]:
         item = self._conversation.items.get(event.item_id)
@@ -753,7 +769,7 @@ _HANDLERS: dict[str, Callable[[RealtimeProtocol, dict[str, Any], str], list[Inpu
     "input_audio_buffer.clear": RealtimeProtocol._on_clear,
     "conversation.item.create": RealtimeProtocol._on_item_create,
     "conversation.item.truncate": RealtimeProtocol._on_item_truncate,
-    "conversation.item.delete": RealtimeProtocol._unsupported,
+    "conversation.item.delete": RealtimeProtocol._on_item_delete,
     "conversation.item.retrieve": RealtimeProtocol._on_item_retrieve,
     "output_audio_buffer.clear": RealtimeProtocol._unsupported,
     "response.create": RealtimeProtocol._on_response_create,
@@ -776,6 +792,7 @@ _RENDERERS: dict[type, Callable[[RealtimeProtocol, Any], list[str]]] = {
     FunctionOutputAdded: RealtimeProtocol._render_function_output,
     HistoryMessageAdded: RealtimeProtocol._render_history_message,
     ItemRetrieved: RealtimeProtocol._render_retrieved,
+    ItemDeleted: RealtimeProtocol._render_deleted,
     SessionConfig: RealtimeProtocol._render_config,
     Metrics: RealtimeProtocol._render_metrics,
     Error: RealtimeProtocol._render_error,

@@ -1,17 +1,24 @@
-"""Access control: the auth token and the allowed origins, unit and against a real server; no secret in the logs."""
+"""Access control: the auth token, the allowed origins and hosts, unit and against a real server; no secret in the logs."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import socket
 import time
 
 import httpx
 import pytest
 import websockets
+from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.responses import PlainTextResponse
+from starlette.routing import Route, WebSocketRoute
+from starlette.testclient import TestClient, WebSocketDenialResponse
 
 from tests.conftest import start_server, stop_server
-from voice_agent.access import FORBIDDEN_ORIGIN, UNAUTHORIZED, AccessPolicy
+from voice_agent.access import FORBIDDEN_ORIGIN, UNAUTHORIZED, AccessPolicy, HostPolicy
+from voice_agent.host_check import HostCheck
 
 TOKEN = "tok-3f9c2a7e-secret"
 TELEPHONY_TOKEN = "phone-7d41b0-secret"
@@ -72,6 +79,7 @@ def guarded():
         "--allowed-origins", GOOD_ORIGIN,
         "--telephony-token", TELEPHONY_TOKEN,
         "--llm-max-tokens", "20",
+        "--forwarded-allow-ips", "127.0.0.2",
         env={"VOICE_AGENT_AUTH_TOKEN": TOKEN},
     )  # fmt: skip
     yield base_url.replace("http://", "ws://"), log_file.name
@@ -145,3 +153,66 @@ async def test_no_secret_reaches_the_log(guarded):
     assert "token=***" in text and "/twilio/***" in text  # the lines are there, redacted
     for secret in (TOKEN, TELEPHONY_TOKEN, "a-wrong-guess"):
         assert secret not in text
+
+
+def test_hosts_allowed_are_localhost_ip_addresses_and_the_names_given():
+    policy = HostPolicy(["0.0.0.0", "https://agent.example.com/", "Other.Example:8443"])
+    for host in ("localhost:8000", "app.localhost", "127.0.0.1:8000", "[::1]:8000", "192.168.1.4", "[fe80::1]"):
+        assert policy.allows(host), host
+    for host in ("agent.example.com", "AGENT.example.com.:443", "other.example"):
+        assert policy.allows(host), host
+    assert policy.allows(None)  # HTTP/1.0 without a Host header: not a browser
+    for host in ("attacker.example", "localhost.attacker.example", "127.0.0.1.nip.io", "", "[::1", "a@127.0.0.1"):
+        assert not policy.allows(host), host
+    assert HostPolicy(["*"]).allows("attacker.example")
+    assert HostPolicy(["agent.example.com"]).allows("agent.example.com:9999")  # ports are not compared
+
+
+def test_the_host_check_refuses_rebound_names_and_lets_probes_through():
+    refused = []
+
+    async def hello(request):
+        return PlainTextResponse("hello")
+
+    async def echo(websocket):
+        await websocket.accept()
+        await websocket.send_text("open")
+        await websocket.close()
+
+    app = Starlette(
+        routes=[Route("/healthz", hello), Route("/metrics", hello), WebSocketRoute("/ws", echo)],
+        middleware=[
+            Middleware(HostCheck, policy=HostPolicy(["agent.example.com"]), on_refusal=lambda: refused.append(1))
+        ],
+    )
+    rebound = {"host": "attacker.example", "origin": "http://attacker.example"}
+    with TestClient(app, base_url="http://agent.example.com") as client:
+        assert client.get("/metrics").status_code == 200
+        assert client.get("/metrics", headers=rebound).status_code == 403
+        assert client.get("/healthz", headers=rebound).status_code == 200
+        with client.websocket_connect("/ws", headers={"host": "agent.example.com"}) as ws:
+            assert ws.receive_text() == "open"
+        with pytest.raises(WebSocketDenialResponse) as denied:
+            with client.websocket_connect("/ws", headers=rebound):
+                pass
+        assert denied.value.status_code == 403
+    assert len(refused) == 2
+
+
+@pytest.mark.e2e
+async def test_x_forwarded_for_is_believed_only_from_the_proxies_listed(guarded):
+    base, log_path = guarded
+    port = int(base.rsplit(":", 1)[1])
+    for source, claimed in (("127.0.0.2", "10.1.2.3"), ("127.0.0.3", "10.4.5.6")):
+        sock = socket.socket()
+        sock.bind((source, 0))
+        sock.setblocking(False)
+        await asyncio.get_running_loop().sock_connect(sock, ("127.0.0.1", port))
+        headers = {"Authorization": f"Bearer {TOKEN}", "X-Forwarded-For": claimed}
+        async with websockets.connect(f"{base}/ws", sock=sock, additional_headers=headers) as ws:
+            await ws.send(json.dumps({"type": "mark", "name": "x"}))
+    deadline = time.monotonic() + 5
+    while "host='127.0.0.3'" not in (text := open(log_path).read()) and time.monotonic() < deadline:
+        await asyncio.sleep(0.1)
+    assert "connected from Address(host='10.1.2.3'" in text  # from the listed proxy: its client's address
+    assert "host='127.0.0.3'" in text and "10.4.5.6" not in text  # from anyone else: the peer's own

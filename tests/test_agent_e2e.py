@@ -18,8 +18,10 @@ import os
 import sqlite3
 import time
 import wave
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
+import httpx
 import numpy as np
 import pytest
 
@@ -273,8 +275,13 @@ async def test_end_call_over_ws_says_goodbye_then_closes_1000(restaurant):
 
 
 async def test_end_call_on_twilio_hangs_up_through_the_rest_api(restaurant):
-    url = restaurant.ws_url.replace("/ws", "/twilio")
-    client = await TwilioClient.connect(url, parameters={"caller_name": "Ann"})
+    # The call is answered through the webhook, as Twilio does: only such a call is updated over REST.
+    call = "CA" + "7" * 32
+    webhook = restaurant.ws_url.replace("ws://", "http://").replace("/ws", "/twilio/voice")
+    async with httpx.AsyncClient() as http:
+        twiml = (await http.post(webhook, data={"CallSid": call})).text
+    url = ET.fromstring(twiml).find("./Connect/Stream").get("url").replace("wss://", "ws://")  # no TLS here
+    client = await TwilioClient.connect(url, parameters={"caller_name": "Ann"}, call_sid=call)
     try:
         await client.wait_for(lambda m: m.get("event") == "mark", 30)  # the greeting is being spoken
         await asyncio.sleep(2.5)  # let it finish
@@ -350,3 +357,32 @@ def locate(channel: np.ndarray, piece: np.ndarray) -> int:
     probe = piece[loud : loud + 4000].astype(np.float64)
     scores = np.correlate(channel.astype(np.float64), probe, mode="valid")
     return int(np.argmax(scores)) - loud
+
+
+async def test_a_hook_that_never_ends_frees_the_slot_at_its_timeout():
+    """Issue 36: a slow hook held the session's slot after the client left; with one slot, nobody else got in."""
+    import websockets
+
+    process, base_url, log = start_server(
+        *("--agent", "tests/agents/slow_hooks.py:agent", "--max-sessions", "1", "--agent-hook-timeout-s", "1")
+    )
+    url = base_url.replace("http://", "ws://") + "/ws"
+    try:
+        async with websockets.connect(url) as first:
+            await first.send(json.dumps({"type": "start", "sample_rate": 16000}))
+            await asyncio.sleep(0.3)
+        left = time.monotonic()
+        while True:  # the next client gets the slot once the first session has closed
+            async with websockets.connect(url) as candidate:
+                try:
+                    await asyncio.wait_for(candidate.recv(), 0.5)
+                except TimeoutError:
+                    break  # admitted: nothing was sent, the connection stays open
+                except websockets.ConnectionClosed:
+                    assert candidate.close_code == 1013
+            assert time.monotonic() - left < 10, "the slot stayed taken"
+            await asyncio.sleep(0.2)
+        print(f"the slot was free {time.monotonic() - left:.1f} s after the client left")
+        assert "agent hook never_done did not finish within 1.0 s" in Path(log.name).read_text()
+    finally:
+        stop_server(process, log)

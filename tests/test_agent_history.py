@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from voice_agent.conversation import Conversation, estimate_tokens, recent_history
+from voice_agent.conversation import Conversation, prompt_tokens, recent_history
 
 
 def exchange(i: int, tools: bool = False) -> list[dict]:
@@ -40,7 +40,7 @@ def test_plain_histories_are_windowed_as_before():
 
 def test_tool_calls_count_toward_the_token_estimate():
     plain, with_tools = exchange(1), exchange(1, tools=True)
-    assert estimate_tokens(with_tools) > estimate_tokens(plain) + 10
+    assert prompt_tokens(with_tools) > prompt_tokens(plain) + 10
 
 
 async def test_remember_puts_the_tool_messages_between_question_and_answer():

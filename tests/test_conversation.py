@@ -5,7 +5,16 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from voice_agent.conversation import Conversation, answers_kept, estimate_tokens, older_answers_left_out, recent_history
+from voice_agent.conversation import (
+    CUT_MARK,
+    MESSAGE_OVERHEAD_TOKENS,
+    Conversation,
+    answers_kept,
+    older_answers_left_out,
+    prompt_tokens,
+    recent_history,
+)
+from voice_agent.llm.tokens import estimate_tokens
 
 
 class Prefills:
@@ -40,16 +49,19 @@ def test_the_history_window_moves_in_steps_so_the_prompt_prefix_stays_cached():
     assert recent_history(history, 1) == history[-2:]
 
 
-def test_tokens_are_estimated_as_a_quarter_of_the_characters_plus_the_template():
-    assert estimate_tokens([{"role": "user", "content": "x" * 9}]) == 3 + 4
-    assert estimate_tokens([]) == 0
+def test_without_a_tokenizer_tokens_are_over_estimated_plus_the_template():
+    assert prompt_tokens([{"role": "user", "content": "x" * 9}]) == 3 + MESSAGE_OVERHEAD_TOKENS
+    assert prompt_tokens([]) == 0
+    assert estimate_tokens("Hello there") == 4  # letters and spaces at three a token
+    assert estimate_tokens("19:30, 4.") == 9  # digits and punctuation at one each
+    assert estimate_tokens("\U00020000" * 10) == 40  # a character outside the vocabulary's merges: a token a byte
 
 
 def test_the_token_bound_drops_the_oldest_exchanges_in_whole_steps():
     history = [{"role": "assistant", "content": "Hi."}]
     for n in range(1, 7):
         history += [{"role": "user", "content": f"q{n} " + "x" * 396}, {"role": "assistant", "content": f"a{n}"}]
-    each = estimate_tokens(history[1:3])  # 100 + 4 + 1 + 4
+    each = prompt_tokens(history[1:3])  # 100 + 4 + 1 + 4
     assert recent_history(history, 8, budget_tokens=10_000) == history  # under both bounds: everything
     # Eight exchanges at most: steps of four. Four exchanges would fit, but the window moves a whole step.
     assert recent_history(history, 8, budget_tokens=4 * each) == history[-4:]
@@ -63,7 +75,7 @@ async def test_a_long_typed_conversation_stays_inside_the_context():
     for n in range(40):
         question = f"question {n} " + "words " * 60  # about 90 tokens each
         messages = c.messages_for(question)
-        assert estimate_tokens(messages) + 120 <= 1024
+        assert prompt_tokens(messages) + 120 <= 1024
         assert messages[0] == {"role": "system", "content": "Be brief."}
         assert messages[-1] == {"role": "user", "content": question}
         c.remember(question, f"answer {n}")
@@ -76,10 +88,32 @@ def test_an_oversized_message_is_cut_to_its_end_with_a_log_line(caplog):
     question = "blah " * 2000 + "What is the capital of France?"
     with caplog.at_level(logging.WARNING):
         messages = c.messages_for(question)
-    assert estimate_tokens(messages) + 100 <= 512
+    assert prompt_tokens(messages) + 100 <= 512
     assert messages[-1]["content"].endswith("What is the capital of France?")
     assert len(messages) == 2  # no room for history
     assert "does not fit the LLM context" in caplog.text
+    assert messages[-1]["content"].startswith(CUT_MARK)  # the model is told its start is missing
+
+
+def test_a_message_of_costly_characters_is_cut_by_the_llms_own_count():
+    def four_a_character(text: str) -> int:  # as a CJK extension character in SmolLM2's vocabulary
+        return 4 * len(text)
+
+    c = Conversation(
+        "Be brief.",
+        history_turns=8,
+        context_tokens=2048,
+        answer_tokens=120,
+        prefill=Prefills(),
+        count_tokens=four_a_character,
+    )
+    c.history.extend(exchanges(2))
+    question = "\U00020000" * 1990  # 7960 tokens: under a quarter of the characters' estimate it looked short
+    messages = c.messages_for(question)
+    assert prompt_tokens(messages, four_a_character) + 120 + MESSAGE_OVERHEAD_TOKENS <= 2048
+    assert len(messages) == 2  # no room for history
+    cut = messages[-1]["content"]
+    assert cut.startswith(CUT_MARK) and question.endswith(cut[len(CUT_MARK) :]) and len(cut) > 400
 
 
 def test_history_turns_zero_sends_no_history():

@@ -84,3 +84,44 @@ def test_lines_outside_sessions_are_limited_too():
     assert passes("a failure", logging.ERROR) == "a failure"
     now[0] += 1.0
     assert passes("later") == "later (3 earlier line(s) outside sessions dropped: too many)"
+
+
+def test_a_call_sites_tracebacks_are_limited_and_the_rest_are_one_line_each(caplog, monkeypatch):
+    """A client can fail an answer once a message: each failure is logged, a few with their tracebacks."""
+    now = [0.0]
+    monkeypatch.setattr(logs, "_tracebacks", logs.TracebackLimit(rate=1 / 60, burst=3, clock=lambda: now[0]))
+    failing = logging.getLogger("voice_agent.session")
+
+    def fail(n: int) -> None:
+        try:
+            raise ValueError(f"bad input {n}")
+        except ValueError:
+            logs.log_exception(failing, "session %s: reply failed", "s1")
+
+    with caplog.at_level(logging.INFO):
+        for n in range(15):
+            fail(n)
+    with_traceback = [r for r in caplog.records if r.exc_info]
+    assert len(with_traceback) == 3 and all(r.levelno == logging.ERROR for r in with_traceback)
+    rest = [r for r in caplog.records if not r.exc_info]
+    assert len(rest) == 12 and all(r.levelno == logging.WARNING for r in rest)  # under the session's line limit
+    assert rest[0].getMessage() == "session s1: reply failed (ValueError: bad input 3; traceback left out: too many)"
+    # The allowance refills with time, and the next traceback says how many went without.
+    now[0] += 60
+    caplog.clear()
+    with caplog.at_level(logging.INFO):
+        fail(15)
+    [record] = caplog.records
+    assert record.exc_info and "(12 more like it without a traceback since the last one)" in record.getMessage()
+
+
+def test_query_strings_are_redacted_as_the_server_decodes_them():
+    """A token sent as ``?%74oken=`` is a token: uvicorn logs the query as sent, the server reads it decoded."""
+    redact = logs.Redactor(["s3cret-Token"])
+    assert redact('"WebSocket /ws?%74oken=guess-1" [accepted]') == '"WebSocket /ws?%74oken=***" [accepted]'
+    assert redact("/ws?lang=en&%61ccess_%74oken=guess-2&x=1") == "/ws?lang=en&%61ccess_%74oken=***&x=1"
+    assert redact("/ws?TOKEN=guess-3") == "/ws?TOKEN=***"
+    # The secret itself under any parameter name, percent-encoded: it never shows, even encoded.
+    line = redact("/ws?key=%73%33cret-%54oken&lang=en")
+    assert line == "/ws?key=***&lang=en"
+    assert redact("what? nothing") == "what? nothing" and redact("/ws?lang=en") == "/ws?lang=en"

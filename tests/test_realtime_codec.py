@@ -523,7 +523,7 @@ def test_output_audio_is_encoded_and_resampled_to_the_output_format():
 
 def test_the_other_codecs_ignore_the_realtime_events():
     twilio = MediaStreamsProtocol()
-    twilio.receive_text(TwilioCaller("MZ1", "CA1").start())
+    twilio.receive_text(TwilioCaller("MZ1", "CA" + "1" * 32).start())
     for event in (
         CONFIG,
         SpeechStarted(1, 0),

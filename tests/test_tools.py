@@ -11,7 +11,16 @@ from typing import Literal
 import pytest
 
 from voice_agent.agent import Agent, CallContext, load_agent
-from voice_agent.tools import as_tool, parse_arguments, parse_docstring, run_tool, tool
+from voice_agent.tools import (
+    MAX_RESULT_CHARS,
+    RESULT_CUT,
+    ToolError,
+    as_tool,
+    parse_arguments,
+    parse_docstring,
+    run_tool,
+    tool,
+)
 
 
 class Seating(enum.Enum):
@@ -156,7 +165,8 @@ async def test_errors_and_timeouts_become_results():
 
     outcome = await run_tool(as_tool(broken), "{}", None, timeout_s=1)
     assert not outcome.ok
-    assert json.loads(outcome.content) == {"error": "broken failed: ValueError: the database is locked"}
+    # The exception's text may hold a path or a host: it stays in the log, and the model reads only this.
+    assert json.loads(outcome.content) == {"error": "broken failed"}
     started = time.perf_counter()
     outcome = await run_tool(as_tool(slow), "", None, timeout_s=0.2)
     assert time.perf_counter() - started < 1
@@ -204,3 +214,103 @@ def test_serve_names_a_bad_agent_spec(capsys):
 
     assert main(["serve", "--agent", "examples/restaurant/agent.py:no_such_agent"]) == 2
     assert "examples/restaurant/agent.py has no no_such_agent" in capsys.readouterr().err
+
+
+async def test_a_tool_error_is_told_to_the_model_and_any_other_exception_only_to_the_log(caplog):
+    def full() -> str:
+        raise ToolError("No table is free at eight.")
+
+    def leaky() -> str:
+        raise OSError("connection to db.internal:5432 refused")
+
+    assert json.loads((await run_tool(as_tool(full), "{}", None, 1)).content) == {
+        "error": "full failed: No table is free at eight."
+    }
+    content = (await run_tool(as_tool(leaky), "{}", None, 1)).content
+    assert "db.internal" not in content and "OSError" not in content
+    assert "db.internal:5432" in caplog.text  # the operator sees it
+
+
+async def test_a_long_result_is_cut_with_a_mark():
+    def menu() -> str:
+        return "pasta " * 5000
+
+    content = (await run_tool(as_tool(menu), "{}", None, 1)).content
+    assert len(content) == MAX_RESULT_CHARS + len(RESULT_CUT) and content.endswith(RESULT_CUT)
+
+
+class Gauge:
+    """A sync tool that sleeps, and counts how many of its calls run at once."""
+
+    def __init__(self, seconds: float):
+        self.seconds = seconds
+        self.running = 0
+        self.most = 0
+        self.started: list[float] = []
+        self._lock = __import__("threading").Lock()
+
+    def tool(self):
+        def wait() -> str:
+            """Waits."""
+            with self._lock:
+                self.running += 1
+                self.most = max(self.most, self.running)
+                self.started.append(time.perf_counter())
+            time.sleep(self.seconds)
+            with self._lock:
+                self.running -= 1
+            return "done"
+
+        return as_tool(wait)
+
+
+async def test_a_sessions_share_bounds_its_calls_at_once_and_time_waiting_is_not_charged():
+    gauge = Gauge(0.3)
+    share = asyncio.Semaphore(2)
+    # Four calls of 0.3 s each, two at a time: the last two end 0.6 s after they were asked for, and still
+    # within their 0.5 s timeout, which counts from when each started.
+    outcomes = await asyncio.gather(*(run_tool(gauge.tool(), "{}", None, 0.5, share) for _ in range(4)))
+    assert [o.content for o in outcomes] == ["done"] * 4
+    assert gauge.most == 2
+
+
+async def test_a_call_past_its_timeout_keeps_its_share_until_its_thread_is_free():
+    gauge = Gauge(0.6)
+    share = asyncio.Semaphore(1)
+    first = await run_tool(gauge.tool(), "{}", None, 0.1, share)
+    assert "did not finish within 0.1 s" in first.content
+    # The first call's thread is still busy: the next one of this session waits for it, not for a timeout's end.
+    second = await run_tool(gauge.tool(), "{}", None, 1.0, share)
+    assert second.content == "done"
+    assert gauge.most == 1 and gauge.started[1] - gauge.started[0] >= 0.55
+
+
+async def test_a_call_that_cannot_start_within_its_timeout_is_not_run():
+    gauge = Gauge(0.5)
+    share = asyncio.Semaphore(1)
+    busy = asyncio.ensure_future(run_tool(gauge.tool(), "{}", None, 1.0, share))
+    await asyncio.sleep(0.05)
+    waiting = await run_tool(gauge.tool(), "{}", None, 0.2, share)
+    assert json.loads(waiting.content) == {"error": "wait was not called: too many tool calls at once"}
+    assert (await busy).content == "done"
+    assert len(gauge.started) == 1
+
+
+async def test_one_sessions_slow_calls_do_not_delay_another_sessions_instant_tool():
+    """The attack of issue 36: 32 slow calls from one session; the threads are shared, the shares are not."""
+    slow = Gauge(0.5)
+    attacker = asyncio.Semaphore(2)
+    flood = [asyncio.ensure_future(run_tool(slow.tool(), "{}", None, 10.0, attacker)) for _ in range(32)]
+    await asyncio.sleep(0.1)
+
+    def instant() -> str:
+        return "ok"
+
+    started = time.perf_counter()
+    outcome = await run_tool(as_tool(instant), "{}", None, 10.0, asyncio.Semaphore(2))
+    took = time.perf_counter() - started
+    assert outcome.content == "ok" and took < 0.3, took
+    assert slow.most == 2
+    for call in flood:
+        call.cancel()
+    await asyncio.gather(*flood, return_exceptions=True)

@@ -27,6 +27,7 @@ from voice_agent.protocols.events import (
     Metrics,
     ProtocolError,
     SessionStarted,
+    StreamRefused,
     StreamStopped,
     TextReceived,
     Transcript,
@@ -254,7 +255,13 @@ def test_telnyx_dialect():
     [event] = codec.receive_text(json.dumps(start))
     assert event == SessionStarted(
         8000,
-        {"stream_id": "32DE0DEA", "call_id": "v3:abc", "custom_parameters": {"greeting": "Hi."}, "greeting": "Hi."},
+        {
+            "stream_id": "32DE0DEA",
+            "call_id": "v3:abc",
+            "call_verified": False,
+            "custom_parameters": {"greeting": "Hi."},
+            "greeting": "Hi.",
+        },
     )
     payload = base64.b64encode(b"\xff" * 160).decode()
     media = {
@@ -384,7 +391,7 @@ def test_custom_parameters_that_are_not_an_object_are_reported_but_the_call_star
         "event": "start",
         "sequenceNumber": "1",
         "streamSid": SID,
-        "start": {"streamSid": SID, "customParameters": [1]},
+        "start": {"streamSid": SID, "callSid": CALL, "customParameters": [1]},
     }
     events = codec.receive_text(json.dumps(message))
     assert errors(events) == ["invalid_message"] and isinstance(events[-1], SessionStarted)
@@ -442,7 +449,15 @@ def messages():
     return st.lists(fields, max_size=12)
 
 
-ALL_INPUT_EVENTS = (SessionStarted, AudioReceived, MarkPlayed, TextReceived, StreamStopped, ProtocolError)
+ALL_INPUT_EVENTS = (
+    SessionStarted,
+    AudioReceived,
+    MarkPlayed,
+    TextReceived,
+    StreamStopped,
+    StreamRefused,
+    ProtocolError,
+)
 
 
 @settings(max_examples=400, deadline=None)
@@ -582,3 +597,49 @@ async def test_the_session_takes_the_call_options_and_waits_without_a_greeting()
     assert h.session.sample_rate == 8000 and h.session.system_prompt == "Be brief."
     await asyncio.sleep(0.1)
     assert h.events == []
+
+
+# The call a stream is for.
+
+
+@pytest.mark.parametrize(
+    "call_sid",
+    [
+        None,
+        "CA1",
+        "CA1/../../../AC" + "9" * 32 + "/Calls/CA" + "f" * 32 + ".json?x=",
+        "CA" + "F" * 32,  # Twilio's SIDs are lowercase hex
+        "CA" + "0" * 32 + "\n",
+        "CA" + "0" * 33,
+        ["CA" + "0" * 32],
+    ],
+)
+def test_a_twilio_start_without_a_well_formed_call_sid_refuses_the_stream(call_sid):
+    codec = MediaStreamsProtocol()
+    message = {"event": "start", "sequenceNumber": "1", "streamSid": SID, "start": {"streamSid": SID}}
+    if call_sid is not None:
+        message["start"]["callSid"] = call_sid
+    [event] = codec.receive_text(json.dumps(message))
+    assert isinstance(event, StreamRefused) and "callSid" in event.reason and len(event.reason.encode()) <= 123
+    assert codec.stream_id is None and codec.call_id is None  # nothing started: later media is dropped
+    assert errors(codec.receive_text(TwilioCaller(SID, CALL).media(np.zeros(160, np.float32)))) == ["before_start"]
+
+
+def test_a_stream_issued_for_one_call_refuses_a_start_for_another():
+    codec = MediaStreamsProtocol(call_id="CA" + "3" * 32)
+    [event] = codec.receive_text(TwilioCaller(SID, CALL).start())
+    assert isinstance(event, StreamRefused) and codec.stream_id is None
+    codec = MediaStreamsProtocol(call_id=CALL)
+    [event] = codec.receive_text(TwilioCaller(SID, CALL).start())
+    assert isinstance(event, SessionStarted)
+    assert (event.options["call_id"], event.options["call_verified"]) == (CALL, True)
+
+
+def test_a_claimed_call_sid_is_not_verified():
+    [event] = MediaStreamsProtocol().receive_text(TwilioCaller(SID, CALL).start())
+    assert (event.options["call_id"], event.options["call_verified"]) == (CALL, False)
+
+
+def test_the_stream_url_carries_the_token_then_the_call_token():
+    assert stream_url("h.example", "/twilio", "tok", "CALL.1.ab") == "wss://h.example/twilio/tok/CALL.1.ab"
+    assert stream_url("h.example", "/twilio", "", "CALL.1.ab") == "wss://h.example/twilio/CALL.1.ab"

@@ -9,6 +9,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
+import uuid
 import xml.etree.ElementTree as ET
 
 import numpy as np
@@ -56,13 +57,15 @@ def post_voice_webhook(base_url: str, params: dict[str, str], signed_as: str | N
         return error.code, error.read().decode()
 
 
-def local_stream_url(base_url: str) -> str:
+def local_stream_url(base_url: str, call_sid: str) -> str:
     """Answer a call like Twilio would, and point the stream URL from the TwiML at the local server."""
-    params = {"CallSid": "CA" + "b" * 32, "From": "+15550100", "To": "+15550199"}
+    params = {"CallSid": call_sid, "From": "+15550100", "To": "+15550199"}
     status, twiml = post_voice_webhook(base_url, params, f"https://{PUBLIC_HOST}/twilio/voice")
     assert status == 200, twiml
     url = ET.fromstring(twiml).find("./Connect/Stream").get("url")
-    assert url == f"wss://{PUBLIC_HOST}/twilio/{TOKEN}"
+    assert re.fullmatch(
+        rf"wss://{PUBLIC_HOST}/twilio/{TOKEN}/{call_sid}\.[0-9]+\.[0-9a-f]{{16}}\.[0-9a-f]{{32}}", url
+    ), url
     return url.replace(f"wss://{PUBLIC_HOST}", base_url.replace("http://", "ws://"))
 
 
@@ -74,7 +77,8 @@ async def test_a_call_gets_a_spoken_answer_paced_and_marked_then_barge_in_clears
     question = "Tell me a long story about a brave knight and a dragon."
     interruption_audio = np.concatenate([speech("Stop, please wait a moment.", RATE), silence(3.0, RATE)])
     interruption_speech_s = len(speech("Stop, please wait a moment.", RATE)) / RATE
-    client = await TwilioClient.connect(local_stream_url(phone_server), SID)
+    call = "CA" + uuid.uuid4().hex
+    client = await TwilioClient.connect(local_stream_url(phone_server, call), SID, call_sid=call)
     spoken_until = await client.stream(np.concatenate([speech(question, RATE), silence(0.3, RATE)]))
     line = asyncio.create_task(client.stream(silence(30.0, RATE)))  # a phone line never goes quiet
     first = await client.wait_for(lambda m: m.get("event") == "media", 20)
@@ -113,8 +117,9 @@ async def test_a_call_gets_a_spoken_answer_paced_and_marked_then_barge_in_clears
 
 
 async def test_greeting_parameter_dtmf_and_garbage(phone_server):
+    call = "CA" + uuid.uuid4().hex
     client = await TwilioClient.connect(
-        local_stream_url(phone_server), SID, {"greeting": "Thanks for calling. How can I help?"}
+        local_stream_url(phone_server, call), SID, {"greeting": "Thanks for calling. How can I help?"}, call_sid=call
     )
     line = asyncio.create_task(client.stream(silence(30.0, RATE)))
     # The agent speaks first.
@@ -155,7 +160,8 @@ def test_voice_webhook_needs_a_valid_signature(phone_server):
     status, twiml = post_voice_webhook(phone_server, params, f"https://{PUBLIC_HOST}/twilio/voice")
     assert status == 200
     assert re.fullmatch(
-        rf'<\?xml version="1.0" encoding="UTF-8"\?><Response><Connect><Stream url="wss://{PUBLIC_HOST}/twilio/{TOKEN}"/></Connect></Response>',
+        rf'<\?xml version="1.0" encoding="UTF-8"\?><Response><Connect><Stream url="wss://{PUBLIC_HOST}/twilio/{TOKEN}/'
+        rf'{params["CallSid"]}\.[0-9]+\.[0-9a-f]{{16}}\.[0-9a-f]{{32}}"/></Connect></Response>',
         twiml,
     )
 
@@ -165,3 +171,29 @@ async def test_streams_without_the_token_are_refused_at_the_handshake(phone_serv
     with pytest.raises(websockets.InvalidStatus) as refused:
         await websockets.connect(phone_server.replace("http://", "ws://") + path)
     assert refused.value.response.status_code == 403
+
+
+async def test_a_stream_is_tied_to_the_call_the_webhook_answered(phone_server):
+    call, other = "CA" + uuid.uuid4().hex, "CA" + uuid.uuid4().hex
+    # A start for another call than the URL's is closed at once, with a reason.
+    client = await TwilioClient.connect(local_stream_url(phone_server, call), SID, call_sid=other)
+    await asyncio.wait_for(client._reader, 10)
+    assert (client.ws.close_code, client.ws.close_reason) == (
+        1008,
+        "callSid is not the call this stream was issued for",
+    )
+    # The URL's call token opens one stream only, and an edited one none.
+    url = local_stream_url(phone_server, other)
+    base, _, call_token = url.rpartition("/")
+    sid, expires, nonce, mac = call_token.split(".")
+    for forged in (f"{base}/{call}.{expires}.{nonce}.{mac}", f"{base}/{sid}.{int(expires) + 60}.{nonce}.{mac}"):
+        with pytest.raises(websockets.InvalidStatus) as refused:
+            await websockets.connect(forged)
+        assert refused.value.response.status_code == 403
+    client = await TwilioClient.connect(url, SID, call_sid=other)
+    await asyncio.sleep(1.0)
+    assert client.ws.close_code is None
+    with pytest.raises(websockets.InvalidStatus) as refused:
+        await websockets.connect(url)
+    assert refused.value.response.status_code == 403
+    await client.close()

@@ -35,10 +35,15 @@ class TwilioClient:
 
     @classmethod
     async def connect(
-        cls, url: str, stream_sid: str = "MZ" + "a" * 32, parameters: dict[str, str] | None = None, **kwargs
+        cls,
+        url: str,
+        stream_sid: str = "MZ" + "a" * 32,
+        parameters: dict[str, str] | None = None,
+        call_sid: str = "CA" + "b" * 32,
+        **kwargs,
     ) -> TwilioClient:
         ws = await websockets.connect(url, max_size=None)
-        client = cls(ws, TwilioCaller(stream_sid, "CA" + "b" * 32, parameters), **kwargs)
+        client = cls(ws, TwilioCaller(stream_sid, call_sid, parameters), **kwargs)
         client._reader = asyncio.create_task(client._read())
         await ws.send(client.caller.connected())
         await ws.send(client.caller.start())

@@ -5,12 +5,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
-__all__ = ["Agent", "CallContext", "tool", "create_app"]
+__all__ = ["Agent", "CallContext", "ToolError", "tool", "create_app"]
 
 if TYPE_CHECKING:
     from .agent import Agent, CallContext
     from .server import create_app
-    from .tools import tool
+    from .tools import ToolError, tool
 
 
 def __getattr__(name: str) -> Any:
@@ -19,10 +19,10 @@ def __getattr__(name: str) -> Any:
         from . import agent
 
         return getattr(agent, name)
-    if name == "tool":
-        from .tools import tool
+    if name in ("tool", "ToolError"):
+        from . import tools
 
-        return tool
+        return getattr(tools, name)
     if name == "create_app":
         from .server import create_app
 

@@ -11,20 +11,30 @@ See ``docs/agents.md``.
 
 from __future__ import annotations
 
+import asyncio
+import contextvars
+import functools
 import importlib
 import importlib.util
 import inspect
 import logging
 import sys
 from collections.abc import Awaitable, Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from .config import DEFAULT_SYSTEM_PROMPT, Settings
+from .dial_targets import checked_transfer_target
+from .log import log_exception
 from .tools import Tool, as_tool
 
 log = logging.getLogger(__name__)
+
+# Plain hooks run here, off the event loop; one that outlives its timeout keeps its thread until it returns.
+HOOK_THREADS = 8
+_HOOK_EXECUTOR = ThreadPoolExecutor(max_workers=HOOK_THREADS, thread_name_prefix="hook")
 
 # Said while a tool runs past --tool-filler-ms, then one more each --tool-filler-repeat-ms.
 # Each differs from the others: an answer stops at a chunk it already said (reply.py).
@@ -47,7 +57,7 @@ class CallContext:
     """One session as the agent sees it. Hooks and tools may read and change it."""
 
     session_id: str
-    protocol: str  # "ws", "twilio" or "telnyx"
+    protocol: str  # "ws", "realtime", "twilio" or "telnyx"
     options: dict[str, Any]  # the client's start options; on a phone call, its custom parameters
     instructions: str
     greeting: str
@@ -61,17 +71,23 @@ class CallContext:
         self.action = CallAction("end", reason=reason)
 
     def transfer_call(self, to: str) -> None:
-        """Hand the call over to ``to`` once the sentence being spoken is finished."""
-        self.action = CallAction("transfer", to=to)
+        """Hand the call over to ``to`` (an E.164 number or a SIP URI) once the sentence being spoken is finished.
+
+        Any other target raises :class:`~voice_agent.dial_targets.InvalidTransferTarget`: a tool that
+        passes on what a caller said gets that error, and nothing is dialled."""
+        self.action = CallAction("transfer", to=checked_transfer_target(to))
 
 
 @dataclass
 class Agent:
     """A voice agent: instructions, an optional greeting, a voice, tools and hooks.
 
-    Hooks may be plain or ``async`` functions; they run on the event loop, so
-    a slow one should be ``async``. A hook that raises is logged and the
-    session goes on.
+    Hooks may be plain or ``async`` functions: an ``async`` one runs on the
+    event loop, a plain one in a worker thread, so that neither a slow one nor
+    a blocking one holds up other sessions. Each gets ``--agent-hook-timeout-s``:
+    past it an ``async`` hook is cancelled (a thread cannot be: the session
+    stops waiting for it), a warning is logged, and the session goes on. A
+    hook that raises is logged and the session goes on.
 
     - ``on_session_start(context)``: before the greeting; may change
       ``context.instructions``, ``greeting``, ``tools`` and ``data``.
@@ -121,16 +137,29 @@ def client_prompt_and_greeting(context: CallContext) -> None:
         context.greeting = greeting.strip()
 
 
-async def call_hook(hook: Hook | None, *args: Any) -> None:
-    """Run a hook, sync or async; its failure is logged, never raised."""
+async def call_hook(hook: Hook | None, *args: Any, timeout_s: float | None = None) -> None:
+    """Run a hook, async on the loop or sync in a worker thread, for at most ``timeout_s`` (None: no limit);
+    its failure or timeout is logged, never raised."""
     if hook is None:
         return
+    name = getattr(hook, "__name__", type(hook).__name__)
     try:
-        result = hook(*args)
-        if inspect.isawaitable(result):
-            await result
+        await asyncio.wait_for(_run_hook(hook, args), timeout_s)
+    except TimeoutError:
+        log.warning("agent hook %s did not finish within %.1f s; the session goes on without it", name, timeout_s)
     except Exception:
-        log.exception("agent hook %s failed", getattr(hook, "__name__", hook))
+        log_exception(log, "agent hook %s failed", name)
+
+
+async def _run_hook(hook: Hook, args: tuple[Any, ...]) -> None:
+    if inspect.iscoroutinefunction(hook):
+        await hook(*args)
+        return
+    # The session's context (its id on log lines) goes with the call into the thread.
+    run = functools.partial(contextvars.copy_context().run, hook, *args)
+    result = await asyncio.get_running_loop().run_in_executor(_HOOK_EXECUTOR, run)
+    if inspect.isawaitable(result):  # a plain function that returns a coroutine
+        await result
 
 
 def agent_from_settings(settings: Settings) -> Agent:

@@ -17,23 +17,26 @@ import logging
 from collections.abc import AsyncGenerator, Callable, Coroutine
 from typing import Any, cast
 
-from .agent import Agent, CallAction, CallContext, call_hook
+from .agent import Agent, CallAction, CallContext, Hook, call_hook
 from .call_control import TwilioCalls
 from .client_tools import ToolOffer
 from .config import Settings
 from .engines import Engines
 from .interfaces import TTSBackend
 from .llm.base import LLMBackend, Message, ToolCall, supports_tools
+from .llm.markup import chat_markup
+from .log import log_exception
 from .phrase_cache import PhraseCache, spoken_chunks
 from .protocols.client_options import PROMPT_OPTIONS
 from .protocols.events import CallEnded, CallTransferred, Error, OutputEvent
-from .session_report import SessionRecorder, SessionReport, deliver
+from .session_report import Retention, SessionRecorder, SessionReport, deliver
 from .tool_loop import ToolLedger, ToolLoop
 from .tools import as_tool
 
 log = logging.getLogger(__name__)
 
 CLOSE_WAIT_S = 15.0  # how long a closing session waits for tool calls still running, to record their results
+MIB = 1024 * 1024
 
 
 async def prepare_agent(agent: Agent, engines: Engines, settings: Settings) -> TTSBackend | None:
@@ -51,6 +54,10 @@ async def prepare_agent(agent: Agent, engines: Engines, settings: Settings) -> T
     voice = PhraseCache(engines.tts)
     await voice.pin(spoken_chunks(agent.fillers, settings.first_chunk_min_words, settings.first_chunk_phrase_breaks))
     return voice
+
+
+class UnverifiedCall(Exception):
+    pass
 
 
 class AgentTurn:
@@ -84,6 +91,7 @@ class AgentTurn:
                 session.ledger,
                 client_tools=self._client_tools,
                 max_rounds=session.settings.tool_max_rounds,
+                max_calls=session.settings.tool_max_calls_per_answer,
                 filler_after_s=session.settings.tool_filler_ms / 1000.0,
                 filler_repeat_s=session.settings.tool_filler_repeat_ms / 1000.0,
                 fillers=session.agent.fillers,
@@ -115,15 +123,23 @@ class AgentSession:
         self.tts = tts  # the voice of this agent's answers: the engine's, with the fillers cached
         self._emit = emit
         self.tools_enabled = supports_tools(llm)
+        self._markup = chat_markup(llm)
+        self._hook_timeout_s = settings.agent_hook_timeout_s if settings.agent_hook_timeout_s > 0 else None
         self.context: CallContext | None = None
         self._start: asyncio.Task[CallContext] | None = None
-        self.recorder = SessionRecorder(session_id, record=settings.record)
-        self.recorder.protocol = protocol
-        self.ledger = ToolLedger(None, settings.tool_timeout_s, self.recorder.tool_call)
+        self.recorder = SessionRecorder(
+            session_id,
+            protocol,
+            recording_dir=settings.session_report_dir if settings.record else "",
+            max_recording_bytes=round(settings.record_max_mb * MIB),
+        )
+        self.ledger = self._ledger(None)
         self._turns: dict[int, AgentTurn] = {}
         self._action: asyncio.Task | None = None
         self._hooks: set[asyncio.Task] = set()  # hooks running in the background, referenced until done
         self._end_reason = "the client hung up, or a limit or shutdown closed it"
+        # Twilio's REST API acts only on a call the stream was issued for (call_tokens.py), never on a claimed one.
+        self._call_verified = False
 
     def recorded(self, emit: Callable[[OutputEvent], None]) -> Callable[[OutputEvent], None]:
         """``emit``, with every event shown to this session's recorder first."""
@@ -142,17 +158,34 @@ class AgentSession:
             return
         call_id = options.get("call_id") if isinstance(options.get("call_id"), str) else None
         self.recorder.call_id = call_id
+        self._call_verified = options.get("call_verified") is True
         # The call's custom parameters (the other fields of a native start) beside the screened options:
         # a prompt or greeting among them stays there, refused, unless the start hook takes it.
         parameters = options.get("custom_parameters")
         visible = {k: v for k, v in (parameters or {}).items() if k not in PROMPT_OPTIONS}
         visible.update(options)
         context = self.agent.context(self.session_id, self.protocol, visible, call_id)
-        self.ledger = ToolLedger(context, self.settings.tool_timeout_s, self.recorder.tool_call)
+        self.ledger = self._ledger(context)
         self._start = asyncio.create_task(self._run_start(context, on_started))
 
+    def _ledger(self, context: CallContext | None) -> ToolLedger:
+        settings = self.settings
+        return ToolLedger(
+            context,
+            settings.tool_timeout_s,
+            self.recorder.tool_call,
+            concurrency=settings.tool_concurrency,
+            max_calls=settings.tool_max_calls_per_session,
+            screen=self._markup.screen,
+        )
+
     async def _run_start(self, context: CallContext, on_started: Callable[[CallContext], None] | None) -> CallContext:
-        await call_hook(self.agent.on_session_start, context)
+        await self._hook(self.agent.on_session_start, context)
+        # The hook may have copied a caller's words (a call's custom parameters) into them: no markup reaches the model.
+        instructions, greeting = self._markup.screen(context.instructions), self._markup.screen(context.greeting)
+        if (instructions, greeting) != (context.instructions, context.greeting):
+            log.warning("session %s: chat-template markup taken out of the instructions or greeting", self.session_id)
+            context.instructions, context.greeting = instructions, greeting
         self.context = context
         if on_started is not None:
             on_started(context)
@@ -197,7 +230,7 @@ class AgentSession:
     def user_turn(self, text: str, speech: tuple[float, float] | None = None) -> None:
         """A user turn was committed; a spoken one's ``speech`` starts and ends there in the session's audio (s)."""
         if self.context is not None:
-            self._in_background(call_hook(self.agent.on_user_turn, self.context, text))
+            self._in_background(self._hook(self.agent.on_user_turn, self.context, text))
         if speech is not None:
             self.recorder.user_speech(*speech)
 
@@ -208,8 +241,8 @@ class AgentSession:
             del self._turns[old]  # answers of turns that were dropped
         context = self.context
         if context is not None and turn > 0:
-            self._in_background(call_hook(self.agent.on_answer, context, heard, interrupted))
-        if not interrupted:
+            self._in_background(self._hook(self.agent.on_answer, context, heard, interrupted))
+        if not interrupted and turn > 0:  # fixed words (a greeting, an apology) answer no request
             self.ledger.request_done()
         if context is not None and context.action is not None:
             action, context.action = context.action, None
@@ -219,24 +252,35 @@ class AgentSession:
                 self._action = asyncio.create_task(self._carry_out(action, context))
         return agent_turn.messages if agent_turn is not None else []
 
+    async def _hook(self, hook: Hook | None, *args: Any) -> None:
+        await call_hook(hook, *args, timeout_s=self._hook_timeout_s)
+
     def _in_background(self, hook: Coroutine[Any, Any, None]) -> None:
         task = asyncio.create_task(hook)
         self._hooks.add(task)
         task.add_done_callback(self._hooks.discard)
 
     async def _carry_out(self, action: CallAction, context: CallContext) -> None:
-        """End or transfer the call, now that the answer that announced it has been spoken."""
-        call_sid = context.call_id if self.protocol == "twilio" else None
+        """End or transfer the call, now that the answer that announced it has been spoken.
+
+        On a Twilio stream whose call is not verified, ending closes the stream (which ends a call that
+        ``<Connect>`` bridged) and a transfer cannot be made."""
+        call_sid = context.call_id if self.protocol == "twilio" and self._call_verified else None
         try:
+            if self.protocol == "twilio" and not call_sid and action.kind == "transfer":
+                raise UnverifiedCall("a transfer needs a call answered through POST /twilio/voice")
             if call_sid:
                 calls = TwilioCalls(self.settings.twilio_api_url)
                 if action.kind == "end":
                     await calls.hang_up(call_sid)
                 else:
                     await calls.transfer(call_sid, action.to)
-        except Exception as exc:
-            log.exception("session %s: Twilio call control failed", self.session_id)
-            self._emit(Error("call_control_failed", f"{action.kind} failed: {type(exc).__name__}"))
+        except UnverifiedCall as exc:
+            log.warning("session %s: %s", self.session_id, exc)
+            self._emit(Error("call_control_failed", f"{action.kind} failed: {exc}"))
+        except Exception:
+            log_exception(log, "session %s: Twilio call control failed", self.session_id)
+            self._emit(Error("call_control_failed", f"{action.kind} failed on the server"))
         if action.kind == "transfer":
             self._emit(CallTransferred(action.to))
         else:
@@ -256,8 +300,14 @@ class AgentSession:
         if self._action is not None:
             await asyncio.gather(self._action, return_exceptions=True)
         await asyncio.gather(*self._hooks, return_exceptions=True)
-        report = await asyncio.to_thread(self.recorder.report, self._end_reason)
-        deliver(report, self.settings.session_report_dir, self.settings.session_report_url)
+        report = self.recorder.finish(self._end_reason)
+        if report.empty:
+            log.debug("session %s: nothing was said or answered; no report", self.session_id)
+        else:
+            retention = Retention(
+                self.settings.session_report_max_files, round(self.settings.session_report_max_mb * MIB)
+            )
+            deliver(report, self.settings.session_report_dir, self.settings.session_report_url, retention)
         context = self.context or self.agent.context(self.session_id, self.protocol, {}, None)
-        await call_hook(self.agent.on_session_end, context, report)
+        await self._hook(self.agent.on_session_end, context, report)
         return report

@@ -11,6 +11,11 @@ Credentials come from the environment, never from settings or flags:
 ``TWILIO_ACCOUNT_SID`` and either ``TWILIO_API_KEY`` with ``TWILIO_API_SECRET``
 or ``TWILIO_AUTH_TOKEN`` (Basic auth, as Twilio documents). The base URL is
 the ``--twilio-api-url`` setting, so tests point it at a local server.
+
+Every value that goes into the request path is checked and percent-encoded:
+a call SID must be ``CA`` and 32 hex digits, so no stream can steer the
+request to another call or account. Transfer targets are E.164 numbers or
+SIP URIs (:mod:`voice_agent.dial_targets`).
 """
 
 from __future__ import annotations
@@ -18,11 +23,14 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Mapping
+from urllib.parse import quote
 from xml.sax.saxutils import escape
 
 import httpx
 
 from .agent import CallContext
+from .dial_targets import checked_transfer_target, is_sip_uri
+from .protocols.telephony import is_call_sid
 from .tools import Tool, tool
 
 log = logging.getLogger(__name__)
@@ -45,11 +53,12 @@ def transfer_call(destinations: Mapping[str, str]) -> Tool:
     """A ``transfer_call`` tool that may transfer only to ``destinations`` (name → number or SIP URI).
 
     The model picks a name, never a number: a caller cannot talk the agent
-    into dialling somewhere else.
+    into dialling somewhere else. Each target must be an E.164 number or a
+    SIP URI: another raises ValueError here, when the agent is built.
     """
     if not destinations:
         raise ValueError("transfer_call needs at least one destination")
-    targets = dict(destinations)
+    targets = {name: checked_transfer_target(to) for name, to in destinations.items()}
 
     def transfer(context: CallContext, to: str) -> str:
         context.transfer_call(targets[to])
@@ -88,14 +97,19 @@ class TwilioCalls:
         await self._update(call_sid, {"Status": "completed"})
 
     async def transfer(self, call_sid: str, to: str) -> None:
-        await self._update(call_sid, {"Twiml": f"<Response><Dial>{escape(to)}</Dial></Response>"})
+        to = checked_transfer_target(to)
+        dial = f"<Sip>{escape(to)}</Sip>" if is_sip_uri(to) else escape(to)
+        await self._update(call_sid, {"Twiml": f"<Response><Dial>{dial}</Dial></Response>"})
 
     async def _update(self, call_sid: str, form: dict[str, str]) -> None:
         if not self.configured:
             raise TwilioCredentialsMissing(
                 "set TWILIO_ACCOUNT_SID and TWILIO_AUTH_TOKEN (or TWILIO_API_KEY and TWILIO_API_SECRET)"
             )
-        url = f"{self.base_url}/2010-04-01/Accounts/{self.account_sid}/Calls/{call_sid}.json"
+        if not is_call_sid(call_sid):
+            raise ValueError("not a Twilio call SID (CA and 32 hex digits); no request sent")
+        account, call = quote(self.account_sid, safe=""), quote(call_sid, safe="")
+        url = f"{self.base_url}/2010-04-01/Accounts/{account}/Calls/{call}.json"
         async with httpx.AsyncClient(timeout=10.0) as client:
             response = await client.post(url, data=form, auth=self._auth)
         if response.status_code >= 400:

@@ -123,6 +123,10 @@ def serve_command(settings: Settings) -> int:
         lifespan="on",
         # Sessions are drained before uvicorn's shutdown starts; this bounds what is left after that.
         timeout_graceful_shutdown=5,
+        # uvicorn believes X-Forwarded-For from 127.0.0.1 unless told otherwise: then any local client could
+        # name its own address, and pass the per-address limits. Only the proxies the operator lists.
+        proxy_headers=bool(settings.forwarded_allow_ips),
+        forwarded_allow_ips=list(settings.forwarded_allow_ips),
     )
     runtime = app.state.runtime
     server = GracefulServer(config, runtime.sessions, settings.shutdown_grace_s)

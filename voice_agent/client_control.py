@@ -25,6 +25,7 @@ from .audio import PIPELINE_RATE
 from .client_tools import ClientCalls, ToolOffer
 from .config import Settings
 from .llm.base import Message, supports_tools
+from .log import log_exception
 from .printable import printable
 from .protocols.events import (
     AUTO,
@@ -326,9 +327,9 @@ class ClientControl:
         session = self._session
         try:
             text = await session.engines.stt.transcribe(audio)
-        except Exception as exc:
-            log.exception("session %s: transcription failed", session.id)
-            session.emit(Error("stt_failed", f"transcription failed: {type(exc).__name__}"))
+        except Exception:
+            log_exception(log, "session %s: transcription failed", session.id)
+            session.emit(Error("stt_failed", "transcription failed on the server"))
             text = ""
         if has_words(text):
             session.emit(Transcript("user", text, final=True))

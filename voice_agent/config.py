@@ -370,7 +370,10 @@ class Settings:
         "limits",
     )
     idle_timeout_s: float = _opt(
-        60.0, "Close a session whose client sent nothing for this long. 0 means never.", "limits"
+        60.0,
+        "Close a session in which nobody spoke or typed for this long (audio frames without speech do not "
+        "count; the agent's answers do). 0 means never.",
+        "limits",
     )
     max_session_s: float = _opt(
         3600.0, "Close a session after this long, whatever it is doing. 0 means never.", "limits"
@@ -391,8 +394,9 @@ class Settings:
     # largest size the server accepts (1 MiB).
     max_bytes_per_s: int = _opt(
         512 * 1024,
-        "Bytes (of text messages: characters) a client may send per second, averaged with a 2 s burst; "
-        "a client over it is closed with 1008. 0 means no limit.",
+        "Bytes (of text messages: characters) one client address may send per second, all its connections "
+        "together and across reconnects, averaged with a 2 s burst; the connection over it is closed with "
+        "1008. Telephony streams have a budget each. 0 means no limit.",
         "limits",
     )
     max_pending_items: int = _opt(
@@ -411,6 +415,25 @@ class Settings:
         4,
         "Concurrent sessions from one client address; further connections are closed with 1013 "
         "(reason 'too many sessions from this address'). Behind a proxy, see docs/operations.md. 0 means no limit.",
+        "limits",
+    )
+    # Per client address, across connections (see docs/operations.md, "Limits")
+    max_connections_per_s: float = _opt(
+        5.0,
+        "WebSocket handshakes one client address may start per second, with a 4 s burst (20 at the default); "
+        "past it HTTP 429 with Retry-After. Telephony streams with the right token do not count. 0 means no limit.",
+        "limits",
+    )
+    first_turn_timeout_s: float = _opt(
+        30.0,
+        "Close a session whose user has not spoken or typed yet after this long without speech "
+        "(the agent's greeting does not count); --idle-timeout-s applies after the first turn. 0: only that.",
+        "limits",
+    )
+    max_sessions_per_telephony_token: int = _opt(
+        0,
+        "Concurrent telephony streams (/twilio, /telnyx) carrying one telephony token, so that phone calls "
+        "cannot take every slot; further streams are closed with 1013. 0 means only --max-sessions applies.",
         "limits",
     )
 
@@ -440,6 +463,20 @@ class Settings:
     public_metrics: bool = _opt(
         False,
         "Serve GET /metrics to anyone; off: it asks for --auth-token too, when one is set.",
+        "access",
+    )
+    # Addresses and host names (see docs/operations.md, "Access control")
+    forwarded_allow_ips: tuple[str, ...] = _opt(
+        (),
+        "Comma-separated addresses or networks of reverse proxies whose X-Forwarded-For and X-Forwarded-Proto "
+        "are believed (* any). Empty: none; every client is the address it connects from.",
+        "access",
+    )
+    allowed_hosts: tuple[str, ...] = _opt(
+        (),
+        "Comma-separated host names requests may name in their Host header, besides localhost, IP addresses, "
+        "--host and --public-host; * allows any. Others get HTTP 403 (against DNS rebinding); "
+        "/healthz and /readyz answer any.",
         "access",
     )
 
@@ -474,6 +511,21 @@ class Settings:
     tool_max_rounds: int = _opt(
         4, "Tool rounds per answer; then the model is asked once more without tools, to answer in words.", "agent"
     )
+    # Hardening (docs/agents.md, "Limits"): what one session's tool calls and hooks may take of the shared server.
+    tool_max_calls_per_answer: int = _opt(
+        8,
+        "Tool calls one answer may make, over all its rounds; the model is told past it that a call was not run.",
+        "agent",
+    )
+    tool_max_calls_per_session: int = _opt(
+        100, "Tool calls one session may make; past it the model is told that a call was not run.", "agent"
+    )
+    tool_concurrency: int = _opt(
+        2, "Tool calls one session runs at once (its share of the tool threads); the others wait their turn.", "agent"
+    )
+    agent_hook_timeout_s: float = _opt(
+        5.0, "Longest an agent hook may take; past it the session stops waiting for it and goes on.", "agent"
+    )
     twilio_api_url: str = _opt(
         "https://api.twilio.com",
         "Base URL of Twilio's REST API, used by end_call and transfer_call on Twilio calls "
@@ -488,8 +540,23 @@ class Settings:
     )
     record: bool = _opt(
         False,
-        "Keep a stereo recording of each session (user left, agent right) for its report; it is held in "
-        "memory until the session ends (about 115 MB an hour at 16 kHz).",
+        "Record each session in stereo (user left, agent right) at its own sample rate, as "
+        "DIR/SESSION_ID.wav beside its report (needs --session-report-dir); written as it goes.",
+        "agent",
+    )
+    record_max_mb: float = _opt(
+        200.0,
+        "Largest recording of one session, in MiB (16 kHz: about 58 MiB an hour); it stops there. 0 means no cap.",
+        "agent",
+    )
+    session_report_max_files: int = _opt(
+        10000,
+        "Files (JSON and WAV) the report directory may hold; past it the oldest reports are deleted. 0 means no limit.",
+        "agent",
+    )
+    session_report_max_mb: float = _opt(
+        2048.0,
+        "MiB the report directory's reports may take; past it the oldest are deleted. 0 means no limit.",
         "agent",
     )
 

@@ -5,7 +5,8 @@ events to the session, and writes what the session emits through the codec
 on a single writer task. Nothing here knows a wire format. It also enforces
 the per-client limits (message, byte, audio and text-turn rates, idle
 timeout, session length) and closes the connection when the server asks it
-to (shutdown).
+to (shutdown). Idle time is time without speech: the user's turns and text,
+and the agent's answers, keep a session open; audio frames alone do not.
 
 A client that stops reading must not hold its slot: uvicorn (0.52.1 and
 later) makes a send wait while the socket's buffers are full, so every send,
@@ -25,7 +26,7 @@ from . import log as logs
 from .close_codes import CloseCode
 from .config import Settings
 from .engines import Engines
-from .limits import ClientLimits, Deadlines, Slot
+from .limits import ClientLimits, Deadlines, RateLimit, Slot
 from .metrics import ServerMetrics
 from .printable import printable
 from .protocols.events import (
@@ -35,10 +36,14 @@ from .protocols.events import (
     HistoryMessage,
     InputEvent,
     OutputEvent,
+    ResponseEnded,
     ResponseRequest,
+    SpeechStarted,
+    StreamRefused,
     TextReceived,
     Transcript,
     UserText,
+    UserTextAdded,
 )
 from .session import Session
 
@@ -69,6 +74,9 @@ _DEADLINE_CLOSE = {
 
 
 class Codec(Protocol):
+    @property
+    def name(self) -> str: ...  # "ws", "realtime", "twilio", "telnyx": the session report's protocol
+
     def receive_bytes(self, data: bytes) -> list[InputEvent]: ...
 
     def receive_text(self, text: str) -> list[InputEvent]: ...
@@ -99,10 +107,12 @@ async def run_session(
     opening: Sequence[InputEvent] = (),
     agent: Agent | None = None,
     agent_voice: TTSBackend | None = None,
+    byte_budget: RateLimit | None = None,
 ) -> None:
     """Serve one accepted WebSocket until either side ends it. ``slot`` comes from the server's registry.
 
-    ``opening`` is what the codec tells the session before the client says anything.
+    ``opening`` is what the codec tells the session before the client says anything. ``byte_budget``: the
+    client address's, shared with its other connections; None gives this connection one of its own.
     """
     slot = slot or Slot()
     metrics = metrics or ServerMetrics()
@@ -110,9 +120,16 @@ async def run_session(
     outbox: asyncio.Queue[str | bytes] = asyncio.Queue(OUTBOX_LIMIT)
     overflow = asyncio.Event()
     call_ended = asyncio.Event()
+    limits = ClientLimits(settings, data=byte_budget)
 
     def emit(event: OutputEvent) -> None:
         metrics.observe(event)
+        if isinstance(event, (SpeechStarted, UserTextAdded)) or (
+            isinstance(event, Transcript) and event.role == "user"
+        ):
+            limits.deadlines.touch()  # the user spoke (or typed): what keeps a session open
+        elif isinstance(event, ResponseEnded):
+            limits.deadlines.busy()  # idle time counts from the end of the agent's answer
         if isinstance(event, Transcript) and event.final:
             log.log(logs.words_level(), "session %s: %s: %s", session_id, event.role, printable(event.text, 1000))
         elif isinstance(event, CallEnded):
@@ -140,16 +157,13 @@ async def run_session(
     if agent is not None:
         from .agent_session import AgentSession
 
-        dialect = getattr(codec, "dialect", None)
-        protocol = dialect.name if dialect is not None else "ws"
         agent_session = AgentSession(
-            agent, settings, session_id, emit, engines.llm, protocol, tts=agent_voice or engines.tts
+            agent, settings, session_id, emit, engines.llm, codec.name, tts=agent_voice or engines.tts
         )
     session = Session(engines, settings, emit, session_id, agent=agent_session)
     for event in opening:
         session.handle(event)
     slot.answering = lambda: session.answering
-    limits = ClientLimits(settings)
     log.info("session %s: connected from %s", session_id, websocket.client)
     writer = asyncio.create_task(write())
     overflow_watch = asyncio.create_task(overflow.wait())
@@ -181,6 +195,8 @@ async def run_session(
                 if writer in done:
                     writer.result()  # raises the writer's error: ClientTooSlow, or the connection's
                     return
+                if session.answering or session.listener.turn is not None:
+                    limits.deadlines.busy()  # an answer under way, or the user mid-turn: not idle
                 if (expired := limits.deadlines.expired()) is not None:
                     emit(Error(expired, f"{_DEADLINE_CLOSE[expired]}; closing"))
                     raise Closing(CloseCode.NORMAL_CLOSURE, _DEADLINE_CLOSE[expired])
@@ -221,8 +237,10 @@ def _receive_message(message: dict, codec: Codec, session: Session, limits: Clie
         raise Closing(CloseCode.POLICY_VIOLATION, "too much data")
     events = codec.receive_bytes(data) if data is not None else codec.receive_text(text)
     for event in events:
+        if isinstance(event, StreamRefused):
+            log.warning("session %s: stream refused: %s", session.id, event.reason)
+            raise Closing(CloseCode.POLICY_VIOLATION, event.reason)
         if isinstance(event, AudioReceived):
-            limits.deadlines.touch()  # audio and text keep a session alive; marks and garbage do not
             if not limits.admit_audio(len(event.samples) / session.sample_rate):
                 if limits.report_drop:
                     emit(
@@ -233,7 +251,6 @@ def _receive_message(message: dict, codec: Codec, session: Session, limits: Clie
                     )
                 continue
         elif isinstance(event, TEXT_TURNS) and not (isinstance(event, ResponseRequest) and event.after_tool_output):
-            limits.deadlines.touch()
             if not limits.texts.take(1):
                 # Each text turn is an LLM request: one a second at most, and a new one cancels the last.
                 refusal = f"over {limits.texts.rate:g} text turns per second; dropped"

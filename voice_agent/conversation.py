@@ -9,12 +9,14 @@ The window is bounded twice:
   set; the user's words and tool calls stay (see :func:`older_answers_left_out`);
 - by tokens: system prompt, window, question and the answer's
   ``answer_tokens`` must fit in ``context_tokens`` (``--llm-context``). Tokens
-  are estimated, not counted: a quarter of the characters, rounded up, plus
+  are counted with the LLM's own tokenizer where the backend has one
+  (llama.cpp), else over-estimated (:mod:`.llm.tokens`), plus
   ``MESSAGE_OVERHEAD_TOKENS`` per message for the chat template. While the
-  estimate is over, the oldest exchanges go, in the same whole steps as the
+  count is over, the oldest exchanges go, in the same whole steps as the
   exchange bound, so the prompt's beginning stays the same as long as it can.
   A question too long to fit even with no history is cut to its last part
-  (where a question usually is), with a warning in the log.
+  (where a question usually is), after :data:`CUT_MARK`, which tells the
+  model that its start is missing, with a warning in the log.
 
 Between answers the system prompt and window go to the LLM's cache
 (:meth:`LLMBackend.prefill`), and while the user speaks the words of each
@@ -31,22 +33,40 @@ from collections.abc import Awaitable, Callable, Sequence
 
 from .config import Settings
 from .llm.base import Message, ToolCall
+from .llm.tokens import estimate_tokens
+from .log import log_exception
 
 log = logging.getLogger(__name__)
 
-CHARS_PER_TOKEN = 4
-MESSAGE_OVERHEAD_TOKENS = 4  # role markers and separators of a chat template
+# Role markers and separators a chat template puts around each message: ChatML's take five tokens, Llama 3's
+# six. The answer's own header counts as one more message.
+MESSAGE_OVERHEAD_TOKENS = 8
+CUT_MARK = "[The start of this message was cut: it was too long.] "
+
+Count = Callable[[str], int]
 
 
-def estimate_tokens(messages: list[Message]) -> int:
-    return sum(-(-_characters(m) // CHARS_PER_TOKEN) + MESSAGE_OVERHEAD_TOKENS for m in messages)
+def prompt_tokens(messages: list[Message], count: Count = estimate_tokens) -> int:
+    """The tokens ``messages`` take in a prompt: their texts as ``count`` counts them, and the template's."""
+    return sum(_message_tokens(m, count) for m in messages)
 
 
-def _characters(message: Message) -> int:
+def _message_tokens(message: Message, count: Count) -> int:
     # An agent's tool calls are written into the prompt as JSON beside the content.
-    return len(message.get("content") or "") + (
-        len(json.dumps(message["tool_calls"])) if "tool_calls" in message else 0
-    )
+    calls = count(json.dumps(message["tool_calls"])) if "tool_calls" in message else 0
+    return count(message.get("content") or "") + calls + MESSAGE_OVERHEAD_TOKENS
+
+
+def last_part(text: str, tokens: int, count: Count) -> str:
+    """The longest end of ``text`` that is at most ``tokens`` long."""
+    low, high = 0, len(text)  # text[high:] fits; the search finds the smallest start that does
+    while low < high:
+        middle = (low + high) // 2
+        if count(text[middle:]) <= tokens:
+            high = middle
+        else:
+            low = middle + 1
+    return text[high:]
 
 
 class Conversation:
@@ -60,8 +80,10 @@ class Conversation:
         prefill: Callable[[list[Message]], Awaitable[None]],
         session_id: str = "",
         answers_kept: int | None = None,
+        count_tokens: Count = estimate_tokens,
     ):
         self.system_prompt = system_prompt
+        self._count = count_tokens
         self.history: list[Message] = []
         self._history_turns = history_turns
         self._answers_kept = answers_kept
@@ -73,7 +95,11 @@ class Conversation:
 
     @classmethod
     def from_settings(
-        cls, settings: Settings, prefill: Callable[[list[Message]], Awaitable[None]], session_id: str = ""
+        cls,
+        settings: Settings,
+        prefill: Callable[[list[Message]], Awaitable[None]],
+        session_id: str = "",
+        count_tokens: Count = estimate_tokens,
     ) -> Conversation:
         return cls(
             settings.system_prompt,
@@ -83,13 +109,14 @@ class Conversation:
             prefill=prefill,
             session_id=session_id,
             answers_kept=answers_kept(settings),
+            count_tokens=count_tokens,
         )
 
     def prompt_prefix(self, question_tokens: int = 0, system_prompt: str | None = None) -> list[Message]:
         """The system prompt (this session's unless given) and the history a question of ``question_tokens`` follows."""
         system = [{"role": "system", "content": self.system_prompt if system_prompt is None else system_prompt}]
-        budget = self._context_tokens - self._answer_tokens - question_tokens - estimate_tokens(system)
-        window = recent_history(self.history, self._history_turns, budget)
+        budget = self._room() - question_tokens - self.tokens(system)
+        window = recent_history(self.history, self._history_turns, budget, self._count)
         if self._answers_kept is not None:
             window = older_answers_left_out(window, self._answers_kept)
         return [*system, *window]
@@ -99,7 +126,15 @@ class Conversation:
         if not text:
             return self.prompt_prefix(system_prompt=system_prompt)
         question = {"role": "user", "content": self._fit_question(text, warn=True)}
-        return [*self.prompt_prefix(estimate_tokens([question]), system_prompt), question]
+        return [*self.prompt_prefix(self.tokens([question]), system_prompt), question]
+
+    def tokens(self, messages: list[Message]) -> int:
+        """The tokens ``messages`` take in this conversation's prompts (the LLM's count, or an over-estimate)."""
+        return prompt_tokens(messages, self._count)
+
+    def _room(self) -> int:
+        """The prompt's tokens: the context less the answer and the answer's header."""
+        return self._context_tokens - self._answer_tokens - MESSAGE_OVERHEAD_TOKENS
 
     def agent_last_words(self) -> str | None:
         """What the agent said last (heard of it, if interrupted): the question a user may be answering."""
@@ -165,24 +200,25 @@ class Conversation:
     async def _prefill_next_prompt(self, words: str) -> None:
         question = {"role": "user", "content": self._fit_question(words, warn=False)}
         try:
-            await self._prefill([*self.prompt_prefix(estimate_tokens([question])), question])
+            await self._prefill([*self.prompt_prefix(self.tokens([question])), question])
         except Exception:  # only a hint: the next answer evaluates it instead
-            log.exception("session %s: prefilling the LLM cache failed", self._id)
+            log_exception(log, "session %s: prefilling the LLM cache failed", self._id)
 
     def _fit_question(self, text: str, warn: bool) -> str:
+        """``text``, or if it cannot fit in a prompt even with no history, its end after :data:`CUT_MARK`."""
         system = [{"role": "system", "content": self.system_prompt}]
-        room = self._context_tokens - self._answer_tokens - estimate_tokens(system) - MESSAGE_OVERHEAD_TOKENS
-        limit = max(room, 1) * CHARS_PER_TOKEN
-        if len(text) <= limit:
+        room = self._room() - self.tokens(system) - MESSAGE_OVERHEAD_TOKENS
+        if self._count(text) <= room:
             return text
+        kept = last_part(text, max(room - self._count(CUT_MARK), 0), self._count)
         if warn:
             log.warning(
                 "session %s: a user message of %d characters does not fit the LLM context; keeping its last %d",
                 self._id,
                 len(text),
-                limit,
+                len(kept),
             )
-        return text[-limit:]
+        return CUT_MARK + kept
 
     async def close(self) -> None:
         if self._prefilling is not None:
@@ -190,12 +226,14 @@ class Conversation:
             await asyncio.gather(self._prefilling, return_exceptions=True)
 
 
-def recent_history(history: list[Message], turns: int, budget_tokens: int | None = None) -> list[Message]:
+def recent_history(
+    history: list[Message], turns: int, budget_tokens: int | None = None, count: Count = estimate_tokens
+) -> list[Message]:
     """The last exchanges of ``history`` for the prompt.
 
     An exchange starts at a user message and runs to the next one: the answer,
     and an agent's tool calls and results, which are never split from it.
-    At most ``turns`` exchanges, and at most ``budget_tokens`` (estimated).
+    At most ``turns`` exchanges, and at most ``budget_tokens`` (as ``count`` counts a text).
     The oldest kept exchange moves in steps of half the window, not one at a
     time: an LLM reuses its cache only for an unchanged prompt prefix, and a
     window sliding every turn changes the prefix right after the system prompt,
@@ -212,7 +250,7 @@ def recent_history(history: list[Message], turns: int, budget_tokens: int | None
     # A greeting may stand alone before the first exchange: it goes with the first exchange dropped.
     dropped = 0 if exchanges <= turns else -(-(exchanges - turns) // step) * step  # rounded up to a whole step
     kept = history if dropped == 0 else history[starts[dropped] :] if dropped < exchanges else []
-    while budget_tokens is not None and kept and estimate_tokens(kept) > budget_tokens:
+    while budget_tokens is not None and kept and prompt_tokens(kept, count) > budget_tokens:
         dropped = min(exchanges, dropped + step)
         kept = history[starts[dropped] :] if dropped < exchanges else []
     return kept

@@ -340,7 +340,7 @@ class Interruptions:
         try:
             _, speech = await asyncio.to_thread(self._speech_without_echo, *echo)
         except Exception:
-            log.exception("session %s: taking the echo out of the onset failed", session.id)
+            logs.log_exception(log, "session %s: taking the echo out of the onset failed", session.id)
             return
         if not speech.any() and session.listener.turn is None:  # a turn's own look decides on more of it
             self._onset_ends(reply, "the speech held at the onset is the agent's echo")
@@ -410,7 +410,7 @@ class Interruptions:
         try:
             cleaned, speech = await asyncio.to_thread(self._speech_without_echo, *echo)
         except Exception:
-            log.exception("session %s: taking the echo out failed", session.id)
+            logs.log_exception(log, "session %s: taking the echo out failed", session.id)
             cleaned, speech = echo[0], np.ones(len(echo[0]) // WINDOW, bool)  # unknown: treat as speech
         if session.reply is not reply or session.listener.turn is not turn:
             self._onset_ends(reply, "the answer or the turn ended while the echo was taken out")
@@ -552,7 +552,7 @@ class Interruptions:
         try:
             text = await self._words(turn, echo, SPEECH_TAIL_SAMPLES)
         except Exception:
-            log.exception("session %s: reading a short turn over the agent failed", session.id)
+            logs.log_exception(log, "session %s: reading a short turn over the agent failed", session.id)
             return
         reply = session.reply
         if reply is None or not self.policy.has_stop_word(text):
@@ -638,7 +638,7 @@ class Interruptions:
                 f"{reading.text!r}{', judged no speech' if reading.no_speech else ''}",
             )
         except Exception:
-            log.exception("session %s: barge-in transcription failed", session.id)
+            logs.log_exception(log, "session %s: barge-in transcription failed", session.id)
             reading = Reading("?", no_speech=False)  # unknown words: treat as speech
         text = reading.text
         reply = session.reply
@@ -742,7 +742,7 @@ class Interruptions:
         try:
             return await self._words(turn, echo, SPEECH_TAIL_SAMPLES, judge_noise=turn.over_agent)
         except Exception:
-            log.exception("session %s: transcribing without the echo failed", self._session.id)
+            logs.log_exception(log, "session %s: transcribing without the echo failed", self._session.id)
             return text
 
     def not_for_agent(self, turn: UserTurn, text: str) -> bool:

@@ -24,6 +24,7 @@ from .config import Settings
 from .echo_reference import INPUT_SAMPLES as ECHO_INPUT_SAMPLES
 from .echo_suppression import FIT_S as ECHO_FIT_S
 from .interfaces import SpeechStream, STTBackend
+from .log import log_exception
 from .pause_habit import MIN_PAUSE_MS, PauseHabit
 from .protocols.events import OutputEvent, Transcript
 from .timeline import AudioTimeline
@@ -271,7 +272,7 @@ class Listener:
         try:
             text = await self._stt().transcribe(audio)
         except Exception:  # a partial is optional; the final transcription will tell
-            log.exception("session %s: partial transcription failed", self._id)
+            log_exception(log, "session %s: partial transcription failed", self._id)
             return
         if self.turn is turn and upto > turn.partial_upto and text:
             turn.partial_upto = upto

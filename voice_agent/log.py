@@ -8,12 +8,20 @@ show ``-``.
 Secrets are removed from the formatted line, whoever logged it: the
 configured tokens wherever they appear, a ``token=`` query parameter, and the
 token segment of a telephony stream path (uvicorn logs every WebSocket path).
+Query strings are read as the server reads them, percent-decoded: uvicorn
+logs them as sent, and ``?%74oken=%73ecret`` is a token too.
 
 A client can make its session log a line per message (each malformed one is
 a warning), so a session's lines below ERROR are rate-limited: a flood of
 garbage must not fill the disk. The next line that gets through says how many
 were dropped. Control characters in a text line's message are escaped, so a
 value a client sent cannot forge a line or drive the terminal.
+
+Tracebacks are throttled apart from that: a client can make one failure
+happen once a message (an answer that fails, a tool that raises), and an
+ERROR line passes the per-session limit. :func:`log_exception` logs a call
+site's first few tracebacks, then one line naming the exception, at WARNING,
+until the call site's allowance refills.
 
 What users say is theirs: lines that carry their words log at
 :func:`words_level`, DEBUG unless the operator asked for transcripts
@@ -32,6 +40,7 @@ import time
 import uuid
 from collections import OrderedDict
 from collections.abc import Iterable
+from urllib.parse import unquote, unquote_plus
 
 from .limits import RateLimit
 from .printable import escape_controls
@@ -42,8 +51,9 @@ REDACTED = "***"
 _session_id: contextvars.ContextVar[str] = contextvars.ContextVar("session_id", default=NO_SESSION)
 _words_level = logging.DEBUG
 
+_QUERY = re.compile(r"\?[^\s\"'#]+")
+_SECRET_PARAMETERS = ("token", "access_token")
 _SECRET_PATTERNS = (
-    re.compile(r"(?i)([?&](?:token|access_token)=)[^&\s\"']+"),
     # /twilio/TOKEN and /telnyx/TOKEN, not the /twilio/voice webhook.
     re.compile(r"(/(?:twilio|telnyx)/)(?!voice(?:[\s\"'?]|$))[^/\s\"'?]+"),
     re.compile(r"(?i)(authorization:\s*bearer\s+)\S+"),
@@ -57,6 +67,9 @@ SESSION_LINES_BURST = 50
 OUTSIDE_LINES_PER_S = 20.0
 OUTSIDE_LINES_BURST = 200
 TRACKED_SESSIONS = 10_000  # the least recently logging ones are forgotten
+# Per call site, across sessions: enough to see a fault and its variants, not a flood of the same one.
+TRACEBACKS_BURST = 3
+TRACEBACKS_PER_S = 1 / 60
 
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s [%(session)s] %(message)s"
 
@@ -66,6 +79,37 @@ def start_session() -> str:
     session_id = uuid.uuid4().hex[:8]
     _session_id.set(session_id)
     return session_id
+
+
+class TracebackLimit:
+    """How many tracebacks each call site may still log: a token bucket per (logger, message)."""
+
+    def __init__(self, rate: float = TRACEBACKS_PER_S, burst: float = TRACEBACKS_BURST, clock=time.monotonic):
+        self._rate, self._burst, self._clock = rate, burst, clock
+        self._sites: dict[tuple[str, str], tuple[RateLimit, int]] = {}
+
+    def take(self, site: tuple[str, str]) -> tuple[bool, int]:
+        """Whether ``site`` may log a traceback now, and how many it left out since its last one."""
+        limit, left_out = self._sites.get(site) or (RateLimit(self._rate, self._burst, self._clock), 0)
+        allowed = limit.take(1)
+        self._sites[site] = (limit, 0 if allowed else left_out + 1)
+        return allowed, left_out
+
+
+_tracebacks = TracebackLimit()
+
+
+def log_exception(logger: logging.Logger, message: str, *args: object) -> None:
+    """Log the exception being handled, as ``logger.exception`` does while this call site is under its
+    traceback allowance; past it, one WARNING line that names the exception (the session's line limit applies)."""
+    allowed, left_out = _tracebacks.take((logger.name, message))
+    if allowed:
+        suffix = f" ({left_out} more like it without a traceback since the last one)" if left_out else ""
+        logger.error(message + suffix, *args, exc_info=True)
+        return
+    exc = sys.exc_info()[1]
+    named = "" if exc is None else f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+    logger.warning(message + " (%s; traceback left out: too many)", *args, named)
 
 
 def words_level() -> int:
@@ -85,11 +129,25 @@ class Redactor:
         self._secrets = sorted({s for s in secrets if s}, key=len, reverse=True)
 
     def __call__(self, text: str) -> str:
+        text = _QUERY.sub(self._query, text)
         for secret in self._secrets:
             text = text.replace(secret, REDACTED)
         for pattern in _SECRET_PATTERNS:
             text = pattern.sub(r"\g<1>" + REDACTED, text)
         return text
+
+    def _query(self, match: re.Match[str]) -> str:
+        """A query string with the value of every token parameter, and of any holding a secret, replaced."""
+        parameters = match[0][1:].split("&")
+        for i, parameter in enumerate(parameters):
+            name, equals, value = parameter.partition("=")
+            values = (unquote(value), unquote_plus(value))
+            if equals and (
+                unquote_plus(name).strip().lower() in _SECRET_PARAMETERS
+                or any(secret in decoded for decoded in values for secret in self._secrets)
+            ):
+                parameters[i] = f"{name}={REDACTED}"
+        return "?" + "&".join(parameters)
 
 
 class SessionFilter(logging.Filter):

@@ -11,7 +11,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Iterator
+import sys
+from collections.abc import Iterable, Iterator
 
 from prometheus_client import (
     CollectorRegistry,
@@ -21,6 +22,8 @@ from prometheus_client import (
     ProcessCollector,
     generate_latest,
 )
+from prometheus_client.core import CounterMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 from .protocols.events import Clear, Error, Metrics, OutputEvent
 
@@ -88,6 +91,7 @@ class ServerMetrics:
             buckets=LAG_BUCKETS,
             registry=r,
         )
+        r.register(_ReportsDropped())
 
     @contextlib.contextmanager
     def session(self) -> Iterator[None]:
@@ -129,3 +133,15 @@ class ServerMetrics:
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+
+class _ReportsDropped(Collector):
+    """Session reports the process's post queue was too full to take (one queue per process)."""
+
+    def collect(self) -> Iterable[Metric]:
+        reports = sys.modules.get("voice_agent.session_report")  # loaded only where an agent makes reports
+        yield CounterMetricFamily(
+            "voice_agent_session_reports_dropped",
+            "Session reports not posted because the delivery queue was full.",
+            value=reports.reports_dropped() if reports is not None else 0,
+        )

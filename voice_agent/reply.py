@@ -143,12 +143,18 @@ class Reply:
         return " ".join(chunk.text for chunk in self.chunks)
 
     async def run(self) -> None:
+        """Generate, synthesize and play the answer; a stage's failure is raised as that stage raised it."""
         chunk_queue: asyncio.Queue[str | None] = asyncio.Queue()
         audio_queue: asyncio.Queue = asyncio.Queue(self._audio_ahead_frames)
-        async with asyncio.TaskGroup() as tasks:
-            tasks.create_task(self._generate(chunk_queue))
-            tasks.create_task(self._synthesize(chunk_queue, audio_queue))
-            tasks.create_task(self._play(audio_queue))
+        try:
+            async with asyncio.TaskGroup() as tasks:
+                tasks.create_task(self._generate(chunk_queue))
+                tasks.create_task(self._synthesize(chunk_queue, audio_queue))
+                tasks.create_task(self._play(audio_queue))
+        except ExceptionGroup as group:
+            # One stage failed first and the others were cancelled: its exception is the answer's failure,
+            # not the group that wraps it.
+            raise _first_cause(group) from None
 
     async def _generate(self, chunks: asyncio.Queue) -> None:
         self.timings.request_at = self._clock()
@@ -326,6 +332,11 @@ class Reply:
 
     def _ms_since(self, start: float) -> float:
         return (self._clock() - start) * 1000.0
+
+
+def _first_cause(group: BaseExceptionGroup) -> BaseException:
+    first = group.exceptions[0]
+    return _first_cause(first) if isinstance(first, BaseExceptionGroup) else first
 
 
 def _onset(samples: np.ndarray, rate: int) -> int:

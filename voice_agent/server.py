@@ -12,7 +12,12 @@ limits, or during a shutdown are refused with close code 1013 (try again
 later). A handshake from a browser origin not allowed gets HTTP 403, one
 without the auth token HTTP 401 (see ``docs/operations.md``). With an auth
 token, the telephony streams take only the telephony token (phone networks
-cannot send ours), and are closed without one.
+cannot send ours), and are closed without one. A request naming a host this
+server is not gets HTTP 403 (``host_check.py``), and a client address over its
+handshake rate HTTP 429. The webhook adds a call token
+to the stream URL it hands out (``/twilio[/TOKEN]/CALL_TOKEN``,
+``call_tokens.py``): only a stream that carries one may have its call updated
+through Twilio's REST API.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import hashlib
 import hmac
 import logging
 from collections.abc import Callable, Sequence
@@ -28,6 +34,7 @@ from typing import TYPE_CHECKING
 from urllib.parse import parse_qsl
 
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Mount, Route, WebSocketRoute
@@ -35,17 +42,19 @@ from starlette.staticfiles import StaticFiles
 from starlette.websockets import WebSocket
 
 from . import log as logs
-from .access import UNAUTHORIZED, AccessPolicy
+from .access import FORBIDDEN_HOST, UNAUTHORIZED, AccessPolicy, HostPolicy
+from .call_tokens import CallTokens, looks_like_call_token
 from .close_codes import CloseCode
 from .config import Settings
 from .connection import Codec, close_within, run_session
 from .engines import Engines, load_engines
-from .limits import Refused, SessionRegistry
+from .host_check import HostCheck
+from .limits import AddressBudgets, Refused, SessionRegistry
 from .metrics import CONTENT_TYPE, ServerMetrics
 from .protocols.events import InputEvent
 from .protocols.native import NativeProtocol
 from .protocols.realtime import RealtimeProtocol
-from .protocols.telephony import TELNYX, TWILIO, Dialect, MediaStreamsProtocol
+from .protocols.telephony import TELNYX, TWILIO, Dialect, MediaStreamsProtocol, is_call_sid
 from .twiml import bare_host, connect_stream, is_valid_signature, stream_url
 
 if TYPE_CHECKING:  # the agent modules load only when an agent is served
@@ -56,6 +65,7 @@ log = logging.getLogger(__name__)
 
 WEB_DIR = Path(__file__).resolve().parent / "web"  # package data: a wheel ships it (pyproject.toml)
 MAX_WEBHOOK_BYTES = 64 * 1024
+TOO_MANY_CONNECTIONS = "too_many_connections"
 
 
 class Runtime:
@@ -67,9 +77,15 @@ class Runtime:
         self.agent = agent
         self.agent_voice: TTSBackend | None = None
         self.ready = asyncio.Event()
-        self.sessions = SessionRegistry(settings.max_sessions, settings.max_sessions_per_client)
+        self.sessions = SessionRegistry(
+            settings.max_sessions, settings.max_sessions_per_client, per_token=settings.max_sessions_per_telephony_token
+        )
+        # Keyed by a secret every gateway shares, so a call answered by one is streamed to any (call_tokens.py).
+        self.call_tokens = CallTokens(settings.telephony_token or settings.twilio_auth_token)
         self.metrics = ServerMetrics()
         self.access = AccessPolicy(settings.auth_token, settings.allowed_origins)
+        self.addresses = AddressBudgets(settings)
+        self.hosts = HostPolicy((settings.host, bare_host(settings.public_host), *settings.allowed_hosts))
         self.load_failed = False
         # Called when the models cannot load: a server that can never be ready should exit, so that
         # an orchestrator restarts it rather than wait on it forever.
@@ -111,6 +127,8 @@ class Runtime:
             log.warning("/twilio and /telnyx are closed: --auth-token is set and --telephony-token is not")
         if not self.telephony_webhook_open:
             log.warning("POST /twilio/voice is closed: set --twilio-auth-token so that only Twilio gets the stream URL")
+        if self.settings.record and not self.settings.session_report_dir:
+            log.warning("--record records nothing without --session-report-dir, where recordings are written")
         if self.access.has_token and not self.settings.public_metrics:
             log.info("/metrics asks for the auth token (--public-metrics opens it)")
 
@@ -164,21 +182,41 @@ def create_app(
         await websocket.send_denial_response(response)
         return False
 
+    async def within_handshake_rate(websocket: WebSocket) -> bool:
+        """Refuse, with HTTP 429, a handshake past its client address's rate (``--max-connections-per-s``).
+
+        Asked after the access checks: a handshake they refuse costs no session, and is not counted.
+        """
+        address = websocket.client.host if websocket.client else ""
+        if runtime.addresses.admit_handshake(address):
+            return True
+        runtime.metrics.refused.labels(TOO_MANY_CONNECTIONS).inc()
+        log.warning("refused a WebSocket from %s: too many connections from this address", websocket.client)
+        response = PlainTextResponse("too many connections from this address", 429, headers={"Retry-After": "1"})
+        await websocket.send_denial_response(response)
+        return False
+
     async def serve(
-        websocket: WebSocket, codec: Codec, per_address: bool = True, opening: Sequence[InputEvent] = ()
+        websocket: WebSocket,
+        codec: Codec,
+        per_address: bool = True,
+        opening: Sequence[InputEvent] = (),
+        telephony_token: str | None = None,
     ) -> None:
         """Run a session on an accepted WebSocket, if the server can take one now.
 
-        ``per_address``: count it towards the client address's limit. Phone calls do not: every call
-        of a carrier may come from the same few addresses, and the stream token already vouches for them.
+        ``per_address``: count it towards the client address's limit. A call that Twilio signed for does
+        not: every call of a carrier may come from the same few addresses.
         ``opening``: what the codec tells the session before the client says anything.
+        ``telephony_token``: a phone stream's token, counted towards its own limit.
         """
         engines = runtime.engines
         try:
             if not runtime.ready.is_set() or engines is None:
                 raise Refused("loading", "models are still loading")
             address = (websocket.client.host if websocket.client else "") if per_address else None
-            slot = runtime.sessions.open(address)
+            token_key = None if telephony_token is None else hashlib.sha256(telephony_token.encode()).hexdigest()
+            slot = runtime.sessions.open(address, token_key)
         except Refused as refused:
             runtime.metrics.refused.labels(refused.kind).inc()
             log.warning("refused a session from %s: %s", websocket.client, refused)
@@ -195,10 +233,11 @@ def create_app(
                 opening,
                 agent=runtime.agent,
                 agent_voice=runtime.agent_voice,
+                byte_budget=runtime.addresses.bytes_of(address) if address is not None else None,
             )
 
     async def native(websocket: WebSocket) -> None:
-        if not await allowed(websocket, check_token=True):
+        if not await allowed(websocket, check_token=True) or not await within_handshake_rate(websocket):
             return
         logs.start_session()  # after the handshake checks: refused ones log outside sessions, rate-limited
         await websocket.accept()
@@ -206,7 +245,7 @@ def create_app(
 
     async def realtime(websocket: WebSocket) -> None:
         """The OpenAI Realtime protocol; ``?model=`` is reported back whatever it names, ``?metrics=1`` adds ours."""
-        if not await allowed(websocket, check_token=True):
+        if not await allowed(websocket, check_token=True) or not await within_handshake_rate(websocket):
             return
         logs.start_session()  # after the handshake checks, as for /ws
         await websocket.accept()
@@ -223,6 +262,9 @@ def create_app(
         if not await allowed(websocket, check_token=False):
             return
         token = websocket.path_params.get("token", "")
+        call_token = websocket.path_params.get("call")
+        if call_token is None and not settings.telephony_token and dialect is TWILIO and looks_like_call_token(token):
+            call_token, token = token, ""  # /twilio/CALL_TOKEN: the webhook's URL on a server without a token
         if not runtime.telephony_streams_open or (
             settings.telephony_token and not hmac.compare_digest(token.encode(), settings.telephony_token.encode())
         ):
@@ -230,6 +272,15 @@ def create_app(
             log.warning("refused a %s stream with a missing or wrong token from %s", dialect.name, websocket.client)
             await websocket.send_denial_response(PlainTextResponse("missing or wrong token", status_code=403))
             return
+        call_sid = None
+        if call_token is not None:
+            call_sid = runtime.call_tokens.redeem(call_token)
+            if call_sid is None:
+                runtime.metrics.refused.labels("unknown_call").inc()
+                log.warning("refused a %s stream with a forged, expired or used call token", dialect.name)
+                response = PlainTextResponse("unknown, expired or used call token", status_code=403)
+                await websocket.send_denial_response(response)
+                return
         logs.start_session()
         await websocket.accept()
         codec = MediaStreamsProtocol(
@@ -237,8 +288,11 @@ def create_app(
             dtmf_template=settings.telephony_dtmf_template,
             greeting=settings.telephony_greeting,
             allow_client_prompt=settings.allow_client_prompt,
+            call_id=call_sid,
         )
-        await serve(websocket, codec, per_address=False)
+        # A call Twilio signed the webhook for is not counted per address: a carrier's calls share a few.
+        signed_call = call_sid is not None and bool(settings.twilio_auth_token)
+        await serve(websocket, codec, per_address=not signed_call, telephony_token=settings.telephony_token)
 
     async def twilio_stream(websocket: WebSocket) -> None:
         await telephony(websocket, TWILIO)
@@ -256,11 +310,11 @@ def create_app(
             if len(body) > MAX_WEBHOOK_BYTES:
                 return PlainTextResponse("request body too large", status_code=413)
         host = bare_host(settings.public_host) or request.headers.get("host", "")
+        params = parse_qsl(body.decode("utf-8", "replace"), keep_blank_values=True)
         if settings.twilio_auth_token:
             # Twilio signs the URL it was configured with; behind a proxy only the public host matches it.
             scheme = "https" if settings.public_host else request.headers.get("x-forwarded-proto", request.url.scheme)
             url = f"{scheme}://{host}{request.url.path}" + (f"?{request.url.query}" if request.url.query else "")
-            params = parse_qsl(body.decode("utf-8", "replace"), keep_blank_values=True)
             if not is_valid_signature(
                 settings.twilio_auth_token, url, params, request.headers.get("x-twilio-signature", "")
             ):
@@ -268,7 +322,11 @@ def create_app(
                     "refused a Twilio webhook with a bad signature from %s (signed URL %s)", request.client, url
                 )
                 return PlainTextResponse("invalid X-Twilio-Signature", status_code=403)
-        twiml = connect_stream(stream_url(host, "/twilio", settings.telephony_token))
+        call_sid = dict(params).get("CallSid", "")
+        if not is_call_sid(call_sid):
+            return PlainTextResponse("CallSid must be CA and 32 hex digits", status_code=400)
+        url = stream_url(host, "/twilio", settings.telephony_token, runtime.call_tokens.issue(call_sid))
+        twiml = connect_stream(url)
         return Response(twiml, media_type="application/xml")
 
     async def healthz(request: Request) -> PlainTextResponse:
@@ -297,6 +355,7 @@ def create_app(
         WebSocketRoute("/v1/realtime", realtime),
         WebSocketRoute("/twilio", twilio_stream),
         WebSocketRoute("/twilio/{token}", twilio_stream),
+        WebSocketRoute("/twilio/{token}/{call}", twilio_stream),
         WebSocketRoute("/telnyx", telnyx_stream),
         WebSocketRoute("/telnyx/{token}", telnyx_stream),
         Route("/twilio/voice", twilio_voice, methods=["POST"]),
@@ -306,6 +365,9 @@ def create_app(
     ]
     if WEB_DIR.is_dir():
         routes.append(Mount("/", StaticFiles(directory=WEB_DIR, html=True)))
-    app = Starlette(routes=routes, lifespan=lifespan)
+    host_check = Middleware(
+        HostCheck, policy=runtime.hosts, on_refusal=lambda: runtime.metrics.refused.labels(FORBIDDEN_HOST).inc()
+    )
+    app = Starlette(routes=routes, lifespan=lifespan, middleware=[host_check])
     app.state.runtime = runtime
     return app

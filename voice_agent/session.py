@@ -22,13 +22,18 @@ from .engines import Engines
 from .interruptions import Interruptions
 from .listener import Listener
 from .llm.base import Message, ToolCall
+from .llm.markup import chat_markup
 from .llm.scripted import ScriptedLLM
+from .llm.tokens import token_counter
+from .log import log_exception
 from .protocols.events import (
     TURN_DETECTED,
     AudioReceived,
     Clear,
     Error,
     FunctionCall,
+    FunctionCallOutput,
+    HistoryMessage,
     InputEvent,
     MarkPlayed,
     OutputEvent,
@@ -41,6 +46,7 @@ from .protocols.events import (
     TextReceived,
     Transcript,
     TurnCommitted,
+    UserText,
 )
 from .reply import Reply
 from .reply_factory import ReplyFactory
@@ -55,6 +61,9 @@ if TYPE_CHECKING:  # only a session with an agent uses them, and is handed them
 log = logging.getLogger(__name__)
 
 APOLOGY = "Sorry, something went wrong on my side. Could you say that again?"
+MODEL_MARKUP = "text holds one of the model's special tokens (chat-template markup); ignored"
+# What a client is told of a failed answer: the details (the exception) are in the server's log only.
+REPLY_FAILED = "the answer failed on the server; it is not kept in the conversation"
 
 
 class Session:
@@ -79,7 +88,7 @@ class Session:
         )
         self.merge = TurnMerge(self)
         self.conversation = Conversation.from_settings(
-            settings, lambda messages: self.engines.llm.prefill(messages), session_id
+            settings, lambda messages: self.engines.llm.prefill(messages), session_id, token_counter(engines.llm)
         )
         if agent is not None:
             self.conversation.system_prompt = agent.instructions
@@ -136,6 +145,13 @@ class Session:
         if late_start:
             # Once, before any input: never a second greeting, nor a rate or prompt switch mid-answer.
             self.emit(Error("start_after_input", "start must come once, before any audio or text; ignored"))
+        elif isinstance(event, (TextReceived, UserText, HistoryMessage)) and chat_markup(self.engines.llm).find(
+            event.text
+        ):
+            # The codecs refuse the <|...|> form; only the model knows the rest of its special tokens.
+            self.emit(Error("invalid_text", MODEL_MARKUP, getattr(event, "event_id", "")))
+        elif isinstance(event, FunctionCallOutput) and chat_markup(self.engines.llm).find(event.output):
+            self.emit(Error("invalid_text", MODEL_MARKUP.replace("text", "the output", 1), event.event_id))
         elif isinstance(event, AudioReceived):
             self.listener.feed(event.samples)
         elif isinstance(event, SessionStarted):
@@ -298,9 +314,9 @@ class Session:
     async def _answer_turn(self, answer: Answer, turn: UserTurn, metrics: TurnMetrics) -> None:
         try:
             text = await turn.final_transcript(metrics)
-        except Exception as exc:
-            log.exception("session %s: transcription failed", self.id)
-            self.emit(Error("stt_failed", f"transcription failed: {type(exc).__name__}"))
+        except Exception:
+            log_exception(log, "session %s: transcription failed", self.id)
+            self.emit(Error("stt_failed", "transcription failed on the server"))
             self._answer = None
             self.say(APOLOGY)
             return
@@ -377,9 +393,9 @@ class Session:
             await running
         except asyncio.CancelledError:
             raise
-        except Exception as exc:  # a stage failed: tell the client, keep the session
-            log.exception("session %s: reply failed", self.id)
-            self.emit(Error("reply_failed", f"the answer failed: {type(exc).__name__}"))
+        except Exception:  # a stage failed: tell the client, keep the session
+            log_exception(log, "session %s: reply failed", self.id)
+            self.emit(Error("reply_failed", REPLY_FAILED))
             failed = True
         if self._answer is answer:  # else it was cancelled, and said so
             self.interruptions.answer_finished(reply, self.clock())
@@ -387,7 +403,8 @@ class Session:
             calls = [] if failed else reply.tool_calls  # the client's functions to run, now that it was said
             for call in calls:
                 self.emit(FunctionCall(number, call.id, call.name, call.arguments))
-            self._remember(reply, reply.text, calls=calls)
+            # A failed turn stays out of the history: the words that made it fail would fail the next answers too.
+            self._remember(reply, reply.text, failed=failed, calls=calls)
             self._answer = None
             self.emit(ResponseEnded(number, "failed" if failed else "completed"))
             self.control.answer_done()
@@ -395,12 +412,17 @@ class Session:
             if failed and reply.user_text:
                 self.say(APOLOGY)
 
-    def _remember(self, reply: Reply, heard: str, interrupted: bool = False, calls: Sequence[ToolCall] = ()) -> None:
+    def _remember(
+        self, reply: Reply, heard: str, interrupted: bool = False, failed: bool = False, calls: Sequence[ToolCall] = ()
+    ) -> None:
         tool_messages: list[Message] = []
         if self.agent is not None:
-            tool_messages = self.agent.answer_ended(reply.turn, heard, interrupted)
+            # A failed answer was not heard whole either: its side effects stay done for a repeated request.
+            tool_messages = self.agent.answer_ended(reply.turn, heard, interrupted or failed)
             if interrupted and not reply.started_audio and not tool_messages:
                 return  # nothing was said or done
+        if failed:
+            return
         results = self.control.calls.hand_off(calls)
         message = self.conversation.remember(reply.user_text, heard, tool_messages, calls, results)
         self.control.remembered(reply, message)

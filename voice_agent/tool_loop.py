@@ -23,6 +23,14 @@ gets its first result instead of running twice. Side-effecting tools of a
 held (preemptive) answer wait until the turn is committed: a user who goes on
 talking has not asked for them yet.
 
+Limits: an answer makes at most ``max_calls`` calls over its rounds, and a
+session at most the ledger's ``max_calls``; a call past either is not run,
+and its ``tool`` message says so (the model needs a result for every call it
+made). Once no call is left, the next round is asked without tools. The
+ledger runs at most ``concurrency`` calls at once (the session's share of the
+tool threads, :func:`~voice_agent.tools.run_tool`). Every result is
+``screen``ed (the model's markup taken out) before it enters the conversation.
+
 A Realtime client's own functions (:mod:`.client_tools`) are offered beside
 the server's but never run here: a round that calls one runs the server's
 calls of that round, then yields the client's calls and ends the answer.
@@ -66,19 +74,47 @@ class ToolRecord:
 class ToolLedger:
     """The tool calls of one session: the ones still running, and side effects already done for the open request."""
 
-    def __init__(self, context: Any, timeout_s: float, on_record: Callable[[ToolRecord], None] | None = None):
+    def __init__(
+        self,
+        context: Any,
+        timeout_s: float,
+        on_record: Callable[[ToolRecord], None] | None = None,
+        *,
+        concurrency: int = 2,
+        max_calls: int = 100,
+        screen: Callable[[str], str] = str,
+    ):
         self._context = context
         self._timeout_s = timeout_s
         self._on_record = on_record
+        self._share = asyncio.Semaphore(max(1, concurrency))
+        self._max_calls = max_calls
+        self._screen = screen
+        self.calls = 0  # admitted so far
         self._running: set[asyncio.Task] = set()
         self._side_effects: dict[str, asyncio.Task[ToolOutcome]] = {}
 
-    def start(self, tool: Tool | None, call: ToolCall, message: Message) -> asyncio.Task:
-        """Run ``call`` to its end, whatever happens to the answer; its outcome lands in ``message``."""
+    @property
+    def calls_left(self) -> int:
+        return self._max_calls - self.calls
+
+    def admit(self) -> str | None:
+        """Count one more call against the session's limit; why it may not run, if it may not."""
+        if self.calls >= self._max_calls:
+            return f"this conversation already made {self._max_calls} tool calls, the most it may"
+        self.calls += 1
+        return None
+
+    def start(self, tool: Tool | None, call: ToolCall, message: Message, refused: str | None = None) -> asyncio.Task:
+        """Run ``call`` to its end, whatever happens to the answer; its outcome lands in ``message``.
+
+        A ``refused`` call is not run: its outcome says why."""
         record = ToolRecord(call.id, call.name, call.arguments, time.monotonic())
         key = _side_effect_key(call) if tool is not None and tool.side_effect else None
         earlier = self._side_effects.get(key) if key is not None else None
-        if earlier is not None:
+        if refused is not None:
+            task = asyncio.ensure_future(_refusal(call, refused))
+        elif earlier is not None:
             record.repeated = True
             task = asyncio.ensure_future(self._repeat(earlier))
         else:
@@ -93,8 +129,9 @@ class ToolLedger:
                 outcome = ToolOutcome(json.dumps({"error": f"{call.name} was cancelled"}), False, 0.0)
             else:
                 outcome = task.result()
-            message["content"] = outcome.content
-            record.result, record.ok, record.duration_ms = outcome.content, outcome.ok, outcome.duration_ms
+            content = self._screen(outcome.content)
+            message["content"] = content
+            record.result, record.ok, record.duration_ms = content, outcome.ok, outcome.duration_ms
             if self._on_record is not None:
                 self._on_record(record)
 
@@ -104,7 +141,7 @@ class ToolLedger:
     async def _run(self, tool: Tool | None, call: ToolCall) -> ToolOutcome:
         if tool is None:
             return ToolOutcome(json.dumps({"error": f"there is no tool named {call.name!r}"}), False, 0.0)
-        return await run_tool(tool, call.arguments, self._context, self._timeout_s)
+        return await run_tool(tool, call.arguments, self._context, self._timeout_s, self._share)
 
     @staticmethod
     async def _repeat(earlier: asyncio.Task[ToolOutcome]) -> ToolOutcome:
@@ -123,6 +160,10 @@ class ToolLedger:
     async def close(self) -> None:
         """Let running calls finish (each is bounded by its timeout) so their effects are recorded."""
         await self.settled()
+
+
+async def _refusal(call: ToolCall, reason: str) -> ToolOutcome:
+    return ToolOutcome(json.dumps({"error": f"{call.name} was not called: {reason}"}), False, 0.0)
 
 
 def _side_effect_key(call: ToolCall) -> str:
@@ -145,6 +186,7 @@ class ToolLoop:
         ledger: ToolLedger,
         *,
         max_rounds: int = 4,
+        max_calls: int = 8,
         filler_after_s: float = 0.3,
         filler_repeat_s: float = 2.5,
         fillers: Sequence[str] = (),
@@ -158,6 +200,8 @@ class ToolLoop:
         self._schemas = [t.schema() for t in tools] + list(client_tools.schemas if client_tools is not None else ())
         self._ledger = ledger
         self._max_rounds = max_rounds
+        self._max_calls = max_calls
+        self._calls = 0  # this answer's, admitted
         self._filler_after_s = filler_after_s
         self._filler_repeat_s = filler_repeat_s
         self._fillers = list(fillers)
@@ -170,7 +214,8 @@ class ToolLoop:
         conversation = list(messages)
         fillers = iter(self._fillers)
         for round_ in range(self._max_rounds + 1):
-            offered = self._schemas if round_ < self._max_rounds and self._schemas else None
+            calls_left = min(self._max_calls - self._calls, self._ledger.calls_left)
+            offered = self._schemas if round_ < self._max_rounds and self._schemas and calls_left > 0 else None
             text: list[str] = []
             calls: list[ToolCall] = []
             stream = self._llm.stream_chat(conversation, tools=offered)
@@ -195,7 +240,10 @@ class ToolLoop:
                 "tool_calls": [c.as_message_part() for c in calls],
             }
             results: list[Message] = [{"role": "tool", "tool_call_id": c.id, "content": PENDING} for c in calls]
-            running = [self._ledger.start(self._tools.get(c.name), c, m) for c, m in zip(calls, results, strict=True)]
+            running = [
+                self._ledger.start(self._tools.get(c.name), c, m, self._admit())
+                for c, m in zip(calls, results, strict=True)
+            ]
             self.messages += [assistant, *results]
             conversation += [assistant, *results]
             async for filler in self._wait(running, fillers):
@@ -204,6 +252,15 @@ class ToolLoop:
                 for call in for_client:
                     yield call
                 return
+
+    def _admit(self) -> str | None:
+        """Count one more call of this answer; why it may not run, if it may not."""
+        if self._calls >= self._max_calls:
+            return f"this answer already made {self._max_calls} tool calls, the most one answer may"
+        refused = self._ledger.admit()
+        if refused is None:
+            self._calls += 1
+        return refused
 
     def _is_side_effect(self, call: ToolCall) -> bool:
         tool = self._tools.get(call.name)

@@ -6,7 +6,18 @@ format, comes from the type hints and the docstring (the first paragraph
 describes the tool, an ``Args:`` section describes the parameters).
 :func:`run_tool` runs one call off the event loop, with a timeout, and turns
 every outcome (a value, bad arguments, an exception, a timeout) into the text
-of a ``tool`` message that the model can talk about.
+of a ``tool`` message that the model can talk about. An exception's text
+stays in the server's log (it may hold a path, a query, a host name): the
+model is told only that the tool failed, unless the tool raised a
+:class:`ToolError`, whose text is written for it.
+
+The threads that run sync tools serve every session, so each session has a
+share (``share``: a semaphore of ``--tool-concurrency`` calls, held until a
+call's thread is free again, even past its timeout), and a call's timeout
+counts from when it starts running, not from when it was asked for: a call
+that waits for its turn is not charged for another's slowness. The wait
+itself is bounded by the same timeout; a call that could not start in it is
+not run.
 
 A parameter annotated :class:`~voice_agent.agent.CallContext` is not shown
 to the model: it receives the session's context (who is calling, the
@@ -16,6 +27,8 @@ per-session data, call control).
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import contextvars
 import dataclasses
 import enum
 import inspect
@@ -30,12 +43,26 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
+from .log import log_exception
+
 log = logging.getLogger(__name__)
 
-# Sync tools run here, never on the event loop. Bounded: a thread cannot be
-# stopped, so a tool that outlives its timeout keeps its worker until it returns.
-_EXECUTOR = ThreadPoolExecutor(max_workers=8, thread_name_prefix="tool")
+# Sync tools run here, never on the event loop. Bounded: a thread cannot be stopped, so a tool that outlives
+# its timeout keeps its worker until it returns. Each session uses at most --tool-concurrency of them (2),
+# so the default --max-sessions (8) leave half of them free for the calls that outlive their timeouts.
+TOOL_THREADS = 32
+_EXECUTOR = ThreadPoolExecutor(max_workers=TOOL_THREADS, thread_name_prefix="tool")
 _NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
+# A result past this is cut: it goes into every later prompt of the session.
+MAX_RESULT_CHARS = 4000
+RESULT_CUT = " [the rest of the result was cut: too long]"
+
+
+class ToolError(Exception):
+    """A failure the model may be told about: its text goes into the ``tool`` message.
+
+    Any other exception's text stays in the server's log, and the model reads only that the tool failed.
+    """
 
 
 @dataclass(frozen=True)
@@ -271,8 +298,11 @@ def _mismatch(schema: dict[str, Any], value: Any) -> str | None:
     return None
 
 
-async def run_tool(tool: Tool, arguments: str, context: Any, timeout_s: float) -> ToolOutcome:
-    """Run one call and describe its outcome; never raises (except on cancellation)."""
+async def run_tool(
+    tool: Tool, arguments: str, context: Any, timeout_s: float, share: asyncio.Semaphore | None = None
+) -> ToolOutcome:
+    """Run one call, within the session's ``share`` of calls at once, and describe its outcome; never raises
+    (except on cancellation)."""
     started = time.perf_counter()
 
     def outcome(content: str, ok: bool) -> ToolOutcome:
@@ -287,33 +317,79 @@ async def run_tool(tool: Tool, arguments: str, context: Any, timeout_s: float) -
         values[tool.context_parameter] = context
     limit = tool.timeout_s if tool.timeout_s is not None else timeout_s
     try:
-        if inspect.iscoroutinefunction(tool.function):
-            result = await asyncio.wait_for(tool.function(**values), limit)
-        else:
-            loop = asyncio.get_running_loop()
-            call = loop.run_in_executor(_EXECUTOR, lambda: tool.function(**values))
-            result = await asyncio.wait_for(call, limit)
-            if inspect.isawaitable(result):
-                result = await asyncio.wait_for(result, limit)
+        result = await _call(tool, values, limit, share)
+    except _NotStarted:
+        log.warning(
+            "tool %s could not start within %.1f s: its session's share or every tool thread was busy", tool.name, limit
+        )
+        return outcome(json.dumps({"error": f"{tool.name} was not called: too many tool calls at once"}), False)
     except TimeoutError:
         log.warning("tool %s timed out after %.1f s", tool.name, limit)
         done = "it may still take effect" if tool.side_effect else "there is no result"
         return outcome(json.dumps({"error": f"{tool.name} did not finish within {limit:g} s; {done}"}), False)
-    except Exception as exc:
-        log.warning("tool %s failed: %s: %s", tool.name, type(exc).__name__, exc)
-        return outcome(json.dumps({"error": f"{tool.name} failed: {_describe(exc)}"}), False)
+    except ToolError as exc:
+        return outcome(json.dumps({"error": f"{tool.name} failed: {exc}"}), False)
+    except Exception:
+        log_exception(log, "tool %s failed", tool.name)
+        return outcome(json.dumps({"error": f"{tool.name} failed"}), False)
     return outcome(result_text(result), True)
 
 
+class _NotStarted(Exception):
+    """The call waited its whole timeout for a slot and a thread, and was not run."""
+
+
+async def _call(tool: Tool, values: dict[str, Any], limit: float, share: asyncio.Semaphore | None) -> Any:
+    """The tool's return value: at most ``limit`` waiting for a slot and a thread, then ``limit`` from its start."""
+    if share is not None:
+        try:
+            await asyncio.wait_for(share.acquire(), limit)
+        except TimeoutError:
+            raise _NotStarted from None
+    if inspect.iscoroutinefunction(tool.function):
+        try:
+            return await asyncio.wait_for(tool.function(**values), limit)
+        finally:
+            if share is not None:
+                share.release()
+    loop = asyncio.get_running_loop()
+    started = loop.create_future()
+
+    def run() -> Any:
+        _call_soon(loop, _set_result, started)
+        return tool.function(**values)
+
+    future = _EXECUTOR.submit(contextvars.copy_context().run, run)  # the session's id goes on its log lines
+    if share is not None:
+        # Released when the thread is free, not at the timeout: a call past its timeout still holds its thread.
+        future.add_done_callback(lambda _: _call_soon(loop, share.release))
+    call = asyncio.wrap_future(future)
+    try:
+        await asyncio.wait_for(asyncio.shield(started), limit)
+    except TimeoutError:
+        if future.cancel():  # still queued: it never runs
+            raise _NotStarted from None
+        # It started just now: its own timeout applies.
+    result = await asyncio.wait_for(call, limit)
+    if inspect.isawaitable(result):
+        result = await asyncio.wait_for(result, limit)
+    return result
+
+
+def _set_result(future: asyncio.Future) -> None:
+    if not future.done():
+        future.set_result(None)
+
+
+def _call_soon(loop: asyncio.AbstractEventLoop, callback: Callable[..., Any], *args: Any) -> None:
+    """``callback`` on ``loop``, from any thread; nothing once the loop is closed (the server is stopping)."""
+    with contextlib.suppress(RuntimeError):
+        loop.call_soon_threadsafe(callback, *args)
+
+
 def result_text(result: Any) -> str:
-    """A tool's return value as the text of a ``tool`` message."""
-    if isinstance(result, str):
-        return result
+    """A tool's return value as the text of a ``tool`` message, cut at :data:`MAX_RESULT_CHARS`."""
     if dataclasses.is_dataclass(result) and not isinstance(result, type):
         result = dataclasses.asdict(result)
-    return json.dumps(result, default=str, ensure_ascii=False)
-
-
-def _describe(exc: BaseException) -> str:
-    text = str(exc)
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+    text = result if isinstance(result, str) else json.dumps(result, default=str, ensure_ascii=False)
+    return text if len(text) <= MAX_RESULT_CHARS else text[:MAX_RESULT_CHARS] + RESULT_CUT

@@ -15,15 +15,15 @@ from collections.abc import Iterable
 from xml.sax.saxutils import quoteattr
 
 
-def stream_url(public_host: str, path: str, token: str = "") -> str:
-    """The ``wss://`` URL the bridge connects to; a token becomes the last path segment.
+def stream_url(public_host: str, path: str, token: str = "", call_token: str = "") -> str:
+    """The ``wss://`` URL the bridge connects to: ``path``, then the token and the call token as path segments.
 
-    The token goes in the path because Twilio drops query strings from
+    They go in the path because Twilio drops query strings from
     ``<Stream url>``; custom parameters would only arrive after the socket
-    was accepted.
+    was accepted. The token comes first: access logs redact that segment.
     """
-    url = f"wss://{bare_host(public_host)}{path}"
-    return f"{url}/{token}" if token else url
+    segments = [segment for segment in (token, call_token) if segment]
+    return "/".join([f"wss://{bare_host(public_host)}{path}", *segments])
 
 
 def bare_host(public_host: str) -> str:

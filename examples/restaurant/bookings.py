@@ -15,6 +15,8 @@ from collections.abc import Iterator
 from contextlib import closing, contextmanager
 from pathlib import Path
 
+from voice_agent import ToolError
+
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS opening_hours (
     weekday INTEGER PRIMARY KEY,  -- 0 is Monday
@@ -43,8 +45,8 @@ SITTING = datetime.timedelta(hours=2)
 WEEKDAYS = ["Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday"]
 
 
-class BookingError(ValueError):
-    """A request the restaurant cannot take; the message is for the guest."""
+class BookingError(ToolError, ValueError):
+    """A request the restaurant cannot take; the message is for the guest, so the model is told it (ToolError)."""
 
 
 class Restaurant:

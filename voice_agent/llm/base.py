@@ -35,6 +35,10 @@ class ToolCall:
         return {"id": self.id, "type": "function", "function": {"name": self.name, "arguments": self.arguments}}
 
 
+class PromptTooLong(ValueError):
+    """The prompt leaves no room for the answer in the model's context."""
+
+
 class LLMBackend(Protocol):
     name: str
 

@@ -10,6 +10,12 @@ instance's previous one (the system prompt and the history so far), which
 cuts the time to first token from about a hundred milliseconds to about ten.
 So a request takes the idle instance whose last conversation shares the
 longest prefix with it: a session's next turn usually finds its own cache.
+
+The vocabulary serves the prompt window too: ``count_tokens`` counts a text
+as the model does, and ``special_tokens`` are its control tokens, which no
+message may carry into a prompt (:mod:`.markup`): every message is screened
+on its way in. A prompt that does not leave the answer a token of the context
+is refused with :class:`~.base.PromptTooLong` before anything is evaluated.
 """
 
 from __future__ import annotations
@@ -29,7 +35,8 @@ from typing import Any, TypeVar
 import numpy as np
 
 from ..threads import iterate_in_thread, outlast
-from .base import Message
+from .base import Message, PromptTooLong
+from .markup import ChatMarkup
 from .requantize import q8_0_copy
 
 T = TypeVar("T")
@@ -150,6 +157,14 @@ class LlamaCppBackend:
                 )
             )
         self.instances = len(self._instances)
+        self.context = context
+        self.special_tokens = _control_tokens(self._instances[0].llama)
+        self._markup = ChatMarkup(self.special_tokens)
+
+    def count_tokens(self, text: str) -> int:
+        """The tokens ``text`` makes in this model's vocabulary (as message content, no special tokens parsed)."""
+        # The vocabulary is read-only once loaded: tokenizing beside a generation on the same model is safe.
+        return len(self._instances[0].llama.tokenize(text.encode("utf-8", "replace"), add_bos=False, special=False))
 
     @property
     def idle_instances(self) -> int:
@@ -192,6 +207,7 @@ class LlamaCppBackend:
         self, messages: list[Message], tools: list[dict[str, Any]] | None = None
     ) -> AsyncGenerator[str, None]:
         """Stream the answer; ``tools`` are ignored (see ``supports_tools``)."""
+        messages = self._markup.screen_messages(messages)
         loop = asyncio.get_running_loop()
         instance = await self._take(messages)
         reading = self._answer_readings.get(_key(messages))
@@ -227,6 +243,7 @@ class LlamaCppBackend:
         marked as filling its cache with the answer's prompt; None when no
         instance is idle: an end-of-turn guess never makes an answer wait.
         """
+        messages = self._markup.screen_messages(messages)
         key = _key(messages)
         if answering or key in self._answer_readings:
             return await asyncio.shield(self._answer_reading(key))
@@ -320,7 +337,7 @@ class LlamaCppBackend:
         """
         if self.idle_instances < 2:
             return
-        await self._prefilling(messages, self._evaluate)
+        await self._prefilling(self._markup.screen_messages(messages), self._evaluate)
 
     async def _prefilling(self, messages: list[Message], evaluate: Callable[[Any, list[Message]], T]) -> T:
         """``evaluate(llama, messages)`` on the instance that serves ``messages`` best, marked as filling its
@@ -335,6 +352,7 @@ class LlamaCppBackend:
         return work.result()
 
     def _generate(self, llama, messages: list[Message], loop: asyncio.AbstractEventLoop, read: bool) -> Iterator[str]:
+        self._check_fits(llama, messages)
         if read:
             # The prompt evaluated with the reading on the way: create_chat_completion finds
             # all of it in the cache and samples the first token at once.
@@ -353,6 +371,16 @@ class LlamaCppBackend:
             delta = part["choices"][0]["delta"].get("content")
             if delta:
                 yield delta
+
+    def _check_fits(self, llama, messages: list[Message]) -> None:
+        """Refuse a prompt that leaves the answer no room; the prompt window (conversation.py) should never
+        make one, but llama.cpp would fail it with a bare ValueError."""
+        if llama.chat_format != "chat_template.default":
+            return  # rendered by another formatter: llama.cpp's own check applies
+        prompt, add_bos = self._chat_prompt(llama, messages)
+        tokens = len(llama.tokenize(prompt.encode(), add_bos=add_bos, special=True))
+        if tokens >= llama.n_ctx():
+            raise PromptTooLong(f"the prompt is {tokens} tokens; the context holds {llama.n_ctx()}")
 
     def _evaluate(self, llama, messages: list[Message]) -> None:
         """Evaluate the prompt of ``messages`` into ``llama``'s cache up to the end of the last user message's
@@ -399,6 +427,20 @@ class LlamaCppBackend:
 
     async def close(self) -> None:
         self._executor.shutdown(wait=False, cancel_futures=True)
+
+
+def _control_tokens(llama) -> frozenset[str]:
+    """The texts of the vocabulary's control (and unknown) tokens: those llama.cpp parses as special in a
+    prompt. Its user-defined tokens are parsed in any text, special or not, so they are ordinary words."""
+    from llama_cpp import LLAMA_TOKEN_ATTR_CONTROL, LLAMA_TOKEN_ATTR_UNKNOWN, llama_vocab_get_attr
+
+    model = llama._model
+    special = LLAMA_TOKEN_ATTR_CONTROL | LLAMA_TOKEN_ATTR_UNKNOWN
+    return frozenset(
+        model.token_get_text(token)
+        for token in range(llama.n_vocab())
+        if llama_vocab_get_attr(model.vocab, token) & special
+    )
 
 
 def _cached(llama, tokens: list[int]) -> int:

@@ -29,6 +29,7 @@ from typing import Any, overload
 import httpx
 
 from .base import Message, ToolCall
+from .markup import chat_markup
 
 log = logging.getLogger(__name__)
 
@@ -177,6 +178,8 @@ class OpenAICompatBackend:
         """``tool_choice``: this request's (a Realtime client's), instead of the server's."""
         if not self.model:
             self.model = await self._served_model()
+        # The server renders the chat template and tokenizes it with special tokens parsed, as llama.cpp does.
+        messages = chat_markup(self).screen_messages(messages)
         body: dict[str, Any] = {
             "model": self.model,
             "messages": messages,

@@ -13,6 +13,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from ..llm.markup import CHAT_MARKUP  # the <|...|> form; the session refuses the loaded model's own tokens
 from .events import ProtocolError
 
 MAX_SYSTEM_PROMPT_CHARS = 4000
@@ -23,10 +24,6 @@ PROMPT_OPTIONS = {"system_prompt": MAX_SYSTEM_PROMPT_CHARS, "greeting": MAX_GREE
 MAX_PARAMETERS = 32
 MAX_PARAMETER_CHARS = 1000  # the greeting's and the prompt's own limits apply on top
 
-# Chat templates mark turns with special tokens written like this (ChatML's <|im_start|>, Llama 3's
-# <|start_header_id|>), and llama-cpp-python tokenizes the rendered prompt with special tokens on: a user
-# who types one could open a system turn of their own.
-_CHAT_MARKUP = re.compile(r"<\|[^<>|\s]{1,40}\|>")
 # Control characters other than tab and newlines mean nothing to a listener, and the phonemizer, the LLM
 # and a log reader each take them their own way.
 _CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
@@ -65,7 +62,7 @@ def is_parameter_map(value: Any) -> bool:
 
 def user_text_error(text: str) -> ProtocolError | None:
     """An error if ``text``, bound for the LLM as the user's words, holds chat-template markup or control characters."""
-    if _CHAT_MARKUP.search(text):
+    if CHAT_MARKUP.search(text):
         return ProtocolError("invalid_text", "text holds chat-template markup such as <|im_start|>; ignored")
     if _CONTROL.search(text):
         return ProtocolError("invalid_text", "text holds control characters; ignored")

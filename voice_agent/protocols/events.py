@@ -50,6 +50,14 @@ class StreamStopped:
 
 
 @dataclass(frozen=True)
+class StreamRefused:
+    """The stream failed a check it cannot go on without (a phone call that is not the one it claims):
+    the connection closes it with ``reason``, and the session sees nothing of it."""
+
+    reason: str
+
+
+@dataclass(frozen=True)
 class ProtocolError:
     """A message that could not be used. The session reports it and goes on."""
 
@@ -206,6 +214,7 @@ InputEvent = (
     | MarkPlayed
     | TextReceived
     | StreamStopped
+    | StreamRefused
     | ProtocolError
     | SessionUpdate
     | InputCommit

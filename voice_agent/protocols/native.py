@@ -48,6 +48,8 @@ MAX_MARK_CHARS = 100
 class NativeProtocol:
     """``allow_client_prompt``: whether ``start`` may set the system prompt and the greeting."""
 
+    name = "ws"  # what session reports and agents call this protocol
+
     def __init__(self, allow_client_prompt: bool = False) -> None:
         self.sample_rate = PIPELINE_RATE
         self.allow_client_prompt = allow_client_prompt

@@ -75,14 +75,12 @@ from .realtime_fields import (
     AudioFormat,
     Invalid,
 )
-from .strict_json import InvalidJSON, decode_object
+from .realtime_json import decode_event
+from .strict_json import InvalidJSON
 
 DEFAULT_MODEL = "voice-agent"
 METRICS_TYPE = "voice_agent.metrics"
 MAX_TEXT_CHARS = 2000
-# Audio appends make large messages: any the server's WebSocket takes (1 MiB, cli.MAX_MESSAGE_BYTES), about
-# 16 s of 24 kHz PCM16 in base64, more than the audio rate limit lets through at once.
-MAX_MESSAGE_CHARS = 1 << 20
 # Items whose ids a later event may name (truncate, a merged turn): more than any client keeps unplayed.
 REMEMBERED_ITEMS = 64
 # The content a message of each role may hold, and where its words are.
@@ -134,6 +132,8 @@ class RealtimeProtocol:
     ``allow_client_prompt``: whether ``instructions`` may set the system prompt (``--allow-client-prompt``).
     """
 
+    name = "realtime"  # what session reports and agents call this protocol
+
     def __init__(self, model: str = "", metrics: bool = False, allow_client_prompt: bool = False) -> None:
         self.model = model or DEFAULT_MODEL
         self.metrics = metrics
@@ -160,7 +160,7 @@ class RealtimeProtocol:
 
     def receive_text(self, text: str) -> list[InputEvent]:
         try:
-            message = decode_object(text, MAX_MESSAGE_CHARS)
+            message = decode_event(text)
         except InvalidJSON as invalid:
             return [ProtocolError(invalid.code, invalid.message)]
         event_id = message.get("event_id")

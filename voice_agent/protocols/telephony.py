@@ -19,6 +19,7 @@ import base64
 import binascii
 import json
 import logging
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,6 +40,7 @@ from .events import (
     OutputEvent,
     ProtocolError,
     SessionStarted,
+    StreamRefused,
     StreamStopped,
     TextReceived,
     Transcript,
@@ -51,6 +53,12 @@ SAMPLE_RATE = 8000
 DTMF_DIGITS = frozenset("0123456789*#ABCD")
 MAX_ID_CHARS = 128  # Twilio's SIDs have 34 characters, Telnyx's ids 36 to 80
 MAX_MARK_CHARS = 100
+TWILIO_CALL_SID = re.compile(r"CA[0-9a-f]{32}")
+
+
+def is_call_sid(value: object) -> bool:
+    """A Twilio call SID: ``CA`` and 32 lowercase hex digits."""
+    return isinstance(value, str) and TWILIO_CALL_SID.fullmatch(value) is not None
 
 
 @dataclass(frozen=True)
@@ -67,6 +75,8 @@ class Dialect:
     encodings: frozenset[str]
     # Twilio wants the stream id on every message it receives; Telnyx has one stream per socket.
     address_replies: bool
+    # What a call id must look like; a start with another is refused and the stream closed. None: any id.
+    call_id_pattern: re.Pattern[str] | None = None
 
 
 TWILIO = Dialect(
@@ -79,6 +89,7 @@ TWILIO = Dialect(
     sample_rate="sampleRate",
     encodings=frozenset({"audio/x-mulaw"}),
     address_replies=True,
+    call_id_pattern=TWILIO_CALL_SID,
 )
 
 TELNYX = Dialect(
@@ -101,6 +112,11 @@ class MediaStreamsProtocol:
     parameters carry their own and ``allow_client_prompt`` lets them (their
     ``system_prompt`` too); ``dtmf_template`` turns a key press into text
     input (``{digit}`` is replaced), and an empty template ignores key presses.
+
+    ``call_id``: the call this stream was issued for (a redeemed call token,
+    :mod:`voice_agent.call_tokens`); a ``start`` for another call is refused
+    and the stream closed. Only then is the call reported ``call_verified``:
+    otherwise its id is only what the other end claims.
     """
 
     def __init__(
@@ -110,14 +126,21 @@ class MediaStreamsProtocol:
         dtmf_template: str = "",
         greeting: str = "",
         allow_client_prompt: bool = False,
+        call_id: str | None = None,
     ) -> None:
         self.dialect = dialect
         self.dtmf_template = dtmf_template
         self.greeting = greeting
         self.allow_client_prompt = allow_client_prompt
+        self.expected_call_id = call_id
         self.stream_id: str | None = None
         self.call_id: str | None = None
         self._last_sequence = 0
+
+    @property
+    def name(self) -> str:
+        """What session reports and agents call this protocol: the bridge's."""
+        return self.dialect.name
 
     # Bridge to server.
 
@@ -193,14 +216,19 @@ class MediaStreamsProtocol:
                 )
             )
             parameters = {}
-        self.stream_id = stream_id
         call_id = start.get(d.call_id)
+        if d.call_id_pattern is not None and not (isinstance(call_id, str) and d.call_id_pattern.fullmatch(call_id)):
+            return [StreamRefused(f"start needs a {d.call_id} of the form {d.call_id_pattern.pattern}")]
+        if self.expected_call_id is not None and call_id != self.expected_call_id:
+            return [StreamRefused(f"{d.call_id} is not the call this stream was issued for")]
+        self.stream_id = stream_id
         self.call_id = call_id if _is_id(call_id) else None
         prompt_options, refused = screen_prompt_options(parameters, self.allow_client_prompt)
         errors.extend(refused)
         options: dict[str, Any] = {
             "stream_id": stream_id,
             "call_id": self.call_id,
+            "call_verified": self.expected_call_id is not None,
             "custom_parameters": parameters,
             "greeting": self.greeting,
             **prompt_options,

@@ -128,6 +128,9 @@ function showConnection({ state, reason, detail, retryInMs }) {
   } else if (state === "open") {
     setStatus("open", muted ? "Connected · muted" : "Connected · listening");
     if (ui.notice.dataset.kind !== "info") hideNotice();
+  } else if (state === "ended") {
+    stop();
+    showNotice("info", `The server ended the conversation${detail ? ` (${detail})` : ""}. Press Start to talk again.`);
   } else if (state === "retrying") {
     const seconds = Math.max(1, Math.round(retryInMs / 1000));
     const again = `Trying again in ${seconds} s…`;

@@ -5,11 +5,13 @@
 const BACKOFF_FIRST_MS = 500;
 const BACKOFF_MAX_MS = 10000;
 const TRY_AGAIN_LATER = 1013; // the server is loading its models, full, or shutting down
+const NORMAL_CLOSURE = 1000; // the server ended the conversation: an idle or a session time limit, a call ended
 
 export class Connection {
   // onStatus({state, reason, detail, retryInMs}): state is "connecting",
-  // "open", "retrying" or "closed"; reason says why it is retrying:
-  // "unreachable", "dropped" or "busy"; detail is the server's close reason.
+  // "open", "retrying", "ended" (by the server, not retried) or "closed"; reason
+  // says why it is retrying: "unreachable", "dropped" or "busy"; detail is the
+  // server's close reason.
   // onOpen() after each (re)connection, before any message;
   // onMessage(object) for JSON, onAudio(ArrayBuffer) for PCM16.
   constructor(url, { onStatus, onOpen, onMessage, onAudio }) {
@@ -61,6 +63,12 @@ export class Connection {
       if (this.socket !== socket) return;
       this.socket = null;
       if (!this.wanted) return;
+      if (opened && event.code === NORMAL_CLOSURE) {
+        // Reconnecting would start a new conversation (and its greeting) behind the user's back.
+        this.wanted = false;
+        this.onStatus({ state: "ended", detail: event.reason });
+        return;
+      }
       let reason = opened ? "dropped" : "unreachable";
       if (event.code === TRY_AGAIN_LATER) reason = "busy";
       else if (opened) this.attempt = 0; // a connection that worked starts the backoff afresh

@@ -111,7 +111,8 @@ async def test_a_call_is_handed_to_the_client_and_its_output_answered():
     ]
     h.session.handle(FunctionCallOutput(call.call_id, '{"sky": "sunny"}', "o", "item_out"))
     assert h.of(FunctionOutputAdded) == [FunctionOutputAdded(call.call_id, '{"sky": "sunny"}', "item_out")]
-    h.session.handle(ResponseRequest(after_tool_output=True))
+    assert h.session.control.calls.continuing  # the next request goes on with the answer, not a new text turn
+    h.session.handle(ResponseRequest())
     await h.until(lambda: len(h.of(ResponseEnded)) == 2)
     assert h.finals("agent")[-1] == "The weather is sunny today."
     assert h.llm.requests[1]["messages"][-1] == {

@@ -678,7 +678,7 @@ def test_function_tools_map_onto_chat_tools_both_ways():
     assert updated["session"]["tools"] == [REALTIME_WEATHER]
     assert updated["session"]["tool_choice"] == {"type": "function", "name": "get_weather"}
     (request,) = receive(codec, type="response.create", response={"tools": [], "tool_choice": "none"})
-    assert (request.tools, request.tool_choice, request.after_tool_output) == ((), "none", False)
+    assert (request.tools, request.tool_choice) == ((), "none")
     # A tool without parameters gets an empty object schema, as chat servers expect.
     (update,) = receive(codec, type="session.update", session={"tools": [{"type": "function", "name": "hang_up"}]})
     assert update.tools == (
@@ -756,10 +756,6 @@ def test_a_function_call_is_an_output_item_of_the_response_and_its_output_an_ite
         "call_id": "call_1",
         "output": '{"sky": "sunny"}',
     }
-    (request,) = receive(codec, type="response.create")
-    assert request.after_tool_output
-    (request,) = receive(codec, type="response.create")
-    assert not request.after_tool_output
 
 
 @pytest.mark.parametrize(

@@ -47,6 +47,9 @@ class ClientCalls:
 
     def __init__(self) -> None:
         self._waiting: dict[str, Message] = {}
+        # An output came since the last answer began: the next response.create goes on with the answer that
+        # made the call, as the server's own tool rounds do, rather than being a new text turn.
+        self.continuing = False
 
     def hand_off(self, calls: Sequence[ToolCall]) -> list[Message]:
         """The ``tool`` messages that follow the message making ``calls`` in the history, waiting for outputs."""
@@ -60,6 +63,7 @@ class ClientCalls:
         if result is None:
             return False
         result["content"] = output
+        self.continuing = True
         return True
 
     def forget(self, call_ids: set[str]) -> None:
@@ -69,6 +73,7 @@ class ClientCalls:
 
     def close(self) -> None:
         """A new answer begins: the calls without an output get none."""
+        self.continuing = False
         for result in self._waiting.values():
             result["content"] = UNANSWERED
         self._waiting.clear()

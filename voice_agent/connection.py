@@ -250,7 +250,9 @@ def _receive_message(message: dict, codec: Codec, session: Session, limits: Clie
                         )
                     )
                 continue
-        elif isinstance(event, TEXT_TURNS) and not (isinstance(event, ResponseRequest) and event.after_tool_output):
+        elif isinstance(event, TEXT_TURNS) and not (
+            isinstance(event, ResponseRequest) and session.control.calls.continuing
+        ):
             if not limits.texts.take(1):
                 # Each text turn is an LLM request: one a second at most, and a new one cancels the last.
                 refusal = f"over {limits.texts.rate:g} text turns per second; dropped"

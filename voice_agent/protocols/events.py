@@ -152,9 +152,6 @@ class ResponseRequest:
     max_output_tokens: int | None = None
     tools: ToolSchemas | None = None  # this answer's instead of the session's
     tool_choice: ToolChoice | None = None
-    # It follows the outputs of the client's function calls: the answer that called them goes on, as the
-    # server's own tool rounds do, rather than a new text turn.
-    after_tool_output: bool = False
 
 
 @dataclass(frozen=True)

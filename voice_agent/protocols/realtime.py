@@ -145,7 +145,6 @@ class RealtimeProtocol:
         self.session_id = self._id("sess")
         self._created = False
         self._conversation = _Conversation()
-        self._tool_output_since_response = False
 
     def opening(self) -> list[InputEvent]:
         """What the session is told before the client says anything: it answers with ``session.created``."""
@@ -335,7 +334,6 @@ class RealtimeProtocol:
             raise Invalid("invalid_value", f"the output is over {MAX_OUTPUT_CHARS} characters")
         if (refused := user_text_error(output)) is not None:
             raise Invalid(refused.code, refused.message.replace("text", "the output", 1))
-        self._tool_output_since_response = True
         return [FunctionCallOutput(call_id, output, event_id, self._item_id(item))]
 
     def _item_id(self, item: dict[str, Any]) -> str:
@@ -376,8 +374,7 @@ class RealtimeProtocol:
             raise Invalid("unsupported", "only responses in the default conversation are supported")
         tools = fields.tools(response["tools"]) if "tools" in response else None
         choice = fields.tool_choice(response["tool_choice"]) if "tool_choice" in response else None
-        after_output, self._tool_output_since_response = self._tool_output_since_response, False
-        return [ResponseRequest(event_id, instructions, max_tokens, tools, choice, after_output)]
+        return [ResponseRequest(event_id, instructions, max_tokens, tools, choice)]
 
     def _on_response_cancel(self, message: dict[str, Any], event_id: str) -> list[InputEvent]:
         return [ResponseCancel(event_id)]

@@ -416,6 +416,18 @@ class Settings:
         "1008. Telephony streams have a budget each. 0 means no limit.",
         "limits",
     )
+    max_pending_items: int = _opt(
+        32,
+        "Realtime: user items (typed text, committed turns) a session may hold waiting for a response; "
+        "past it conversation.item.create gets a too_many_pending_items error. 0 means no limit.",
+        "limits",
+    )
+    max_pending_chars: int = _opt(
+        8000,
+        "Realtime: characters of typed text a session may hold waiting for a response; past it "
+        "conversation.item.create gets a pending_text_too_long error. 0 means no limit.",
+        "limits",
+    )
     max_sessions_per_client: int = _opt(
         4,
         "Concurrent sessions from one client address; further connections are closed with 1013 "

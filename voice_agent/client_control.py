@@ -119,6 +119,8 @@ class ClientControl:
         """The client's start options: the sample rate, and a prompt and greeting unless an agent decides them."""
         session = self._session
         session.listener.set_sample_rate(event.sample_rate)
+        if event.options.get("echo_cancelled") is True:
+            session.listener.client_cancels_echo()
         if session.agent is not None:  # the agent's start hook decides what the client may change
             session.agent.begin(event.options, self._agent_started)
             return

@@ -217,6 +217,20 @@ class Settings:
         "turn",
         (0, 1),
     )
+    # Off by default: on the barge-in eval's echo rig the agent stopped for its own voice more often with it than
+    # with the echo test alone (docs/endpointing.md, "The echo canceller"). auto costs about 1% of a core per
+    # session and passes an input without echo unchanged; a client that cancels echo itself is left alone.
+    echo_cancellation: str = _opt(
+        "off",
+        "Cancel the agent's own voice in the input (WebRTC's AEC3) before the VAD and STT hear it. auto: in every "
+        "session but one whose client says in its start that its input is echo-cancelled already "
+        "(docs/protocol.md); on: in every session.",
+        "turn",
+        ("auto", "on", "off"),
+    )
+    noise_suppression: int = _opt(
+        0, "1: WebRTC's noise suppression on the input, before the VAD and STT hear it.", "turn", (0, 1)
+    )
 
     # LLM
     llm: str = _opt(

@@ -21,6 +21,7 @@ import numpy as np
 
 from .audio import PIPELINE_RATE, StreamResampler
 from .config import Settings
+from .echo_canceller import input_canceller
 from .echo_reference import INPUT_SAMPLES as ECHO_INPUT_SAMPLES
 from .echo_suppression import FIT_S as ECHO_FIT_S
 from .interfaces import SpeechStream
@@ -128,6 +129,7 @@ class Listener:
         self.turn: UserTurn | None = None  # the user turn under way
         self.turn_ids = itertools.count(1)  # shared with turns typed as text
         self._resampler = input_resampler(self.sample_rate)
+        self.echo_canceller = input_canceller(settings)  # None: the input goes to the VAD as it comes
         self._vad = vad
         self._stt = stt
         self._emit = emit
@@ -175,6 +177,10 @@ class Listener:
         self._buffer_start = end
         return start, end
 
+    def client_cancels_echo(self) -> None:
+        """The client's input is echo-cancelled already: ``--echo-cancellation auto`` leaves it alone."""
+        self.echo_canceller = input_canceller(self.settings, client_cancels_echo=True)
+
     def set_sample_rate(self, rate: int) -> None:
         self.sample_rate = rate
         self._resampler = input_resampler(rate)
@@ -182,6 +188,8 @@ class Listener:
     def feed(self, samples: np.ndarray) -> None:
         """Audio at :attr:`sample_rate`, as it arrives."""
         samples = self._resampler.process(samples)
+        if self.echo_canceller is not None:
+            samples = self.echo_canceller.process(samples)
         if not len(samples):
             return
         self.timeline.append(samples)

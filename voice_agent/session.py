@@ -82,7 +82,9 @@ class Session:
         self.agent = agent  # None: the plain assistant, and none of the agent's work on any path
         self.clock = clock
         self.interruptions = Interruptions(self, BargeInPolicy.from_settings(settings))
-        self.emit = self.interruptions.watching_output(emit if agent is None else agent.recorded(emit))
+        self.emit = self.interruptions.watching_output(
+            self._cancelling_echo(emit if agent is None else agent.recorded(emit))
+        )
         self.stt = engines.stt_queue.session(session_id)  # this session's Whisper calls, in turn with the others'
         self.listener = Listener(settings, engines.vad.stream(), lambda: self.stt, self.emit, self, session_id, clock)
         self.merge = TurnMerge(self)
@@ -100,6 +102,16 @@ class Session:
         self.closed = False
         self._answer_number = 0
         self._unreported_end: ResponseEnded | None = None  # an answer a new turn cancelled, told after it
+
+    def _cancelling_echo(self, send: Callable[[OutputEvent], None]) -> Callable[[OutputEvent], None]:
+        """``send``, with what the client plays and drops given to the input's echo canceller first."""
+
+        def send_noted(event: OutputEvent) -> None:
+            if self.listener.echo_canceller is not None:
+                self.listener.echo_canceller.output(event, self.sample_rate)
+            send(event)
+
+        return send_noted
 
     @property
     def state(self) -> TurnState:

@@ -105,6 +105,11 @@ class NativeProtocol:
         self.sample_rate = rate
         options: dict[str, Any]
         options, errors = screen_prompt_options(message, self.allow_client_prompt)
+        echo_cancelled = message.get("echo_cancelled", False)
+        if not isinstance(echo_cancelled, bool):
+            errors.append(ProtocolError("invalid_message", "echo_cancelled must be true or false; ignored"))
+        elif echo_cancelled:
+            options = {**options, "echo_cancelled": True}
         # The other fields go to an agent's start hook, as a phone call's custom parameters do; bounded the same way.
         parameters = {
             k: v for k, v in message.items() if k not in ("type", "sample_rate", *PROMPT_OPTIONS) and isinstance(v, str)

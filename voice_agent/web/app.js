@@ -74,7 +74,13 @@ async function start() {
   root.dataset.echoCancellation = String(audio.micSettings().echoCancellation ?? "unknown");
   connection = new Connection(wsUrl.href, {
     onStatus: showConnection,
-    onOpen: () => connection.sendJson({ type: "start", sample_rate: WIRE_RATE }),
+    // The browser's own canceller took the echo out: the server's would find none to cancel.
+    onOpen: () =>
+      connection.sendJson({
+        type: "start",
+        sample_rate: WIRE_RATE,
+        echo_cancelled: audio.micSettings().echoCancellation === true,
+      }),
     onMessage: receive,
     onAudio: (pcm16) => audio.play(pcm16),
   });

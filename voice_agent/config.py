@@ -124,6 +124,24 @@ class Settings:
     # ready when the turn commits, so the user hears it): 7 of its 20 paused
     # turns. 700/1000 (complete/no hint) cut none of them, at about 300 ms
     # more delay: use it where being cut off costs more than waiting.
+    # docs/endpointing.md, "The decision": the fitted model (turn_model.py) gives P(the turn has ended) at
+    # each moment of a pause, and the turn ends once answering costs less than waiting; the rules are the
+    # per-kind silences below, kept to compare against.
+    turn_decision: str = _opt(
+        "learned",
+        "How a pause ends the turn: learned (the fitted end-of-turn model and --cut-in-cost) or rules "
+        "(a silence per kind of transcript: the --end-silence-* settings).",
+        "turn",
+        ("learned", "rules"),
+    )
+    # Four: on the fit's own recordings it cut into 5 of 34 paused turns at a 640 ms mean wait at turn ends,
+    # three cut 8 at 460 ms, six 3 at 1070 ms (experiments/turn_model/fit.py).
+    cut_in_cost: float = _opt(
+        4.0,
+        "How many waits a cut-in costs: the learned decision answers once the chance that the user is done "
+        "exceeds cost / (cost + 1). Higher waits longer and cuts in less.",
+        "turn",
+    )
     end_silence_complete_ms: int = _opt(350, "Silence that ends a turn after a complete sentence.", "turn")
     end_silence_ms: int = _opt(600, "Silence that ends a turn when the transcript gives no hint.", "turn")
     # Two seconds: speakers of the endpointing eval paused 1.3 and 1.5 s after "my"
@@ -131,7 +149,7 @@ class Settings:
     end_silence_incomplete_ms: int = _opt(
         2000,
         "Silence that ends a turn after a trailing conjunction, article, filler or number, "
-        'or a phrase like "let me see".',
+        'or a phrase like "let me see"; with --turn-decision learned, the longest any pause waits.',
         "turn",
     )
     # Two minutes: a caller explaining a problem talks past 30 s, and a turn at this length is committed

@@ -278,7 +278,7 @@ def main() -> None:
         for cost in COSTS:
             threshold = cost / (cost + 1)
             report[f"{group}, model, cut-in cost {cost}"] = decide(
-                part, lambda p: model.silence_for(p.signals(), threshold)
+                part, lambda p, t=threshold: model.silence_for(p.signals(), t)
             )
         report[f"{group}, model, cut-in cost 4, no LLM"] = decide(
             part, lambda p: model.silence_for(p.signals(False), 0.8)

@@ -14,8 +14,8 @@ import pytest
 from voice_agent.bench import bargein, command, endpointing, harness, latency, load
 from voice_agent.cli import main as cli_main
 from voice_agent.replay.measure import distribution
-from voice_agent.replay.turn_groups import waits
 from voice_agent.replay.script import ScriptError
+from voice_agent.replay.turn_groups import waits
 
 MACHINE_HEAD = {
     "created": "2026-11-22T20:00:00+00:00",

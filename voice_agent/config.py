@@ -156,7 +156,7 @@ class Settings:
     # at its next gap between words, however it goes on (docs/endpointing.md: a 47 s turn of JFK's words
     # with thinking pauses). It bounds the audio a session keeps: 7.7 MB at 16 kHz.
     max_turn_s: float = _opt(120.0, "A turn longer than this is committed at once.", "turn")
-    # docs/endpointing.md, "Turn signals": a question the LLM calls finished
+    # docs/endpointing.md, "The decision": a question the LLM calls finished
     # (end-of-turn logprob >= -1.2) is what the benchmark's questions are, and
     # what none of the real meeting turns' mid-turn pauses was.
     end_silence_confident_ms: int = _opt(

@@ -1,12 +1,14 @@
 """End-of-turn decisions: how much silence ends the turn, from what the signals say.
 
-A pause after a complete sentence ends the turn quickly; a pause after "and",
-"the", "um" or a number is probably the user thinking, so it waits longer.
-The transcript rules (``classify``) are the base; the LLM's end-of-utterance
-probability, the dialogue state (what the agent asked for) and an audio
-end-of-turn model move a turn between those levels, and a question that every
-signal calls finished is answered sooner still (``TurnDetector``).
-docs/endpointing.md ("Turn signals") has the measurements behind the numbers.
+The transcript rules (``classify``) read a pause after a complete sentence as
+likely the end, and one after "and", "the", "um" or a number as the user
+thinking; the LLM's end-of-utterance probability, the dialogue state (what
+the agent asked for) and an audio end-of-turn model move a turn between those
+levels (``fused_completeness``). ``TurnDetector`` turns them into a silence:
+by default the fitted model's (``turn_model.py``), the silence at which the
+chance that the user is done outweighs the cost of a cut-in; with
+``--turn-decision rules``, a silence per level.
+docs/endpointing.md ("The decision") has the measurements behind the numbers.
 """
 
 from __future__ import annotations
@@ -209,7 +211,7 @@ def signals_agree_it_is_over(signals: TurnSignals) -> bool:
     A user who asks for something or says goodbye is waiting for the agent;
     so is one who has just answered what the agent asked for. None of the
     real meeting turns' thinking pauses came after one of these that the LLM
-    called finished (docs/endpointing.md, "Turn signals").
+    called finished (docs/endpointing.md, "The decision").
     """
     if signals.transcript is None:
         return False

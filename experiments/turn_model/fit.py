@@ -51,6 +51,7 @@ MOMENTS_MS = (100, 200, 300, 500, 800, 1200)
 MIN_PAUSE_WINDOWS = 3  # 96 ms
 TAIL = RATE // 10  # the listener's Whisper tail past the last speech window
 PREROLL = RATE * 3 // 10
+SMART_TURN_SILENCE = RATE // 5  # Smart Turn reads the audio 200 ms into the pause
 MAX_SILENCE_MS = 2000.0  # the hard fallback, --end-silence-incomplete-ms
 COSTS = (1, 2, 3, 4, 6, 8, 12, 16)
 L2 = 1.0
@@ -69,6 +70,7 @@ class Pause:
     logprob: float | None = None
     pitch_st: float = 0.0
     energy_db: float = 0.0
+    audio_probability: float | None = None  # Smart Turn's, with --smart-turn
 
     def signals(self, llm: bool = True) -> TurnSignals:
         return TurnSignals(self.text, end_of_turn_logprob=self.logprob if llm else None)
@@ -127,12 +129,12 @@ def _key(*parts: object) -> str:
     return digest.hexdigest()[:24]
 
 
-def annotate(pauses: list[Pause], cache: Path, use_llm: bool) -> None:
+def annotate(pauses: list[Pause], cache: Path, use_llm: bool, smart_turn_path: str | None) -> None:
     """Transcript, LLM log probability and prosody of each pause; the first two cached on disk."""
     cache.mkdir(parents=True, exist_ok=True)
     store = cache / "signals.json"
     known: dict = json.loads(store.read_text()) if store.exists() else {}
-    stt = llm = None
+    stt = llm = smart_turn = None
     settings = Settings()
     for index, pause in enumerate(pauses):
         key = _key(pause.audio)
@@ -152,6 +154,16 @@ def annotate(pauses: list[Pause], cache: Path, use_llm: bool) -> None:
             messages = [{"role": "system", "content": settings.system_prompt}, {"role": "user", "content": pause.text}]
             entry["logprob"] = asyncio.run(llm.end_of_turn_logprob(messages)) if pause.text.strip() else None
         pause.logprob = entry.get("logprob") if use_llm else None
+        if smart_turn_path:
+            if "smart_turn" not in entry:
+                if smart_turn is None:
+                    from voice_agent.smart_turn import SmartTurn
+
+                    smart_turn = SmartTurn(smart_turn_path)
+                # As the session asks it: the turn's audio up to the moment, here 200 ms into the pause.
+                heard = np.concatenate([pause.audio, np.zeros(SMART_TURN_SILENCE - TAIL, np.float32)])
+                entry["smart_turn"] = smart_turn.complete_probability_blocking(heard)
+            pause.audio_probability = entry["smart_turn"]
         found = prosody(pause.audio[:-TAIL])
         pause.pitch_st, pause.energy_db = found.pitch_st, found.energy_db
         if index % 20 == 0:
@@ -160,7 +172,7 @@ def annotate(pauses: list[Pause], cache: Path, use_llm: bool) -> None:
     store.write_text(json.dumps(known))
 
 
-def rows(pauses: list[Pause], with_prosody: bool) -> tuple[np.ndarray, np.ndarray]:
+def rows(pauses: list[Pause], with_prosody: bool, with_audio: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """One row per moment into each pause that it lasts; each row twice: with the LLM's reading and without.
 
     The LLM's reading may come late or not at all (another instance busy, no llama.cpp), so the model
@@ -175,6 +187,8 @@ def rows(pauses: list[Pause], with_prosody: bool) -> tuple[np.ndarray, np.ndarra
                 x = features(pause.signals(llm), moment)
                 if with_prosody:
                     x = np.concatenate([x, [pause.pitch_st, pause.energy_db]])
+                if with_audio:
+                    x = np.concatenate([x, [pause.audio_probability or 0.0]])
                 xs.append(x)
                 ys.append(float(pause.ended))
     return np.array(xs), np.array(ys)
@@ -242,11 +256,12 @@ def main() -> None:
     parser.add_argument("shared", type=Path, help="the folder with real/ (AMI excerpts, ami.rttm) and jfk.flac")
     parser.add_argument("--cache", type=Path, required=True, help="folder for cached transcripts and LLM readings")
     parser.add_argument("--no-llm", action="store_true", help="leave the LLM's reading out")
+    parser.add_argument("--smart-turn", help="a Smart Turn v3.2 ONNX file: also fit with its probability, to compare")
     parser.add_argument("--write", action="store_true", help=f"write the coefficients to {MODEL_PATH}")
     args = parser.parse_args()
     settings = Settings()
     pauses = collect(args.shared, settings.vad_threshold)
-    annotate(pauses, args.cache, not args.no_llm)
+    annotate(pauses, args.cache, not args.no_llm, args.smart_turn)
     train = [p for p in pauses if not p.held_out]
     test = [p for p in pauses if p.held_out]
     report: dict = {"pauses": {}}
@@ -268,6 +283,15 @@ def main() -> None:
             "brier": round(float(((p - ty) ** 2).mean()), 3),
             "reliability": reliability(p, ty),
             "weights": dict(zip([*FEATURES, "pitch_st", "energy_db"], np.round(w, 3).tolist())),
+        }
+    if args.smart_turn:
+        x, y = rows(train, False, True)
+        tx, ty = rows(test, False, True)
+        p = 1 / (1 + np.exp(-tx @ fit(x, y)))
+        report["with Smart Turn"] = {
+            "auc": round(auc(p, ty), 3),
+            "brier": round(float(((p - ty) ** 2).mean()), 3),
+            "reliability": reliability(p, ty),
         }
     w = fit(*rows(train, False))
     model = TurnModel(w)

@@ -5,7 +5,7 @@ import math
 import pytest
 
 from voice_agent.pause_habit import PauseHabit
-from voice_agent.turn import TurnDetector, TurnSignals
+from voice_agent.turn import Completeness, TurnDetector, TurnSignals, classify
 from voice_agent.turn_model import FEATURES, TurnModel, default_model, features
 
 
@@ -41,6 +41,8 @@ def test_a_finished_statement_ends_sooner_than_a_clause_broken_off():
 
 
 def test_a_question_ending_in_a_preposition_is_finished():
+    assert classify("Where are you from?") is Completeness.COMPLETE
+    assert classify("I'm calling from") is Completeness.INCOMPLETE
     signals = TurnSignals("Is there anything else I can help you with?", end_of_turn_logprob=-0.5)
     assert detector().required_silence_ms(signals) < 1000
 

@@ -134,10 +134,11 @@ class Settings:
         "turn",
         ("learned", "rules"),
     )
-    # Four: on the fit's own recordings it cut into 5 of 34 paused turns at a 640 ms mean wait at turn ends,
-    # three cut 8 at 460 ms, six 3 at 1070 ms (experiments/turn_model/fit.py).
+    # Eight: offline, on recordings held out of the fit, 4 is the knee (7 of 36 pauses cut, against 3 at 8), but
+    # in the endpointing eval 4 cut into 4 of the real group's 10 paused turns and 8 into 1, with the synthetic
+    # turns answered sooner than by the rules and the real ones as late (docs/endpointing.md, "The decision").
     cut_in_cost: float = _opt(
-        4.0,
+        8.0,
         "How many waits a cut-in costs: the learned decision answers once the chance that the user is done "
         "exceeds cost / (cost + 1). Higher waits longer and cuts in less.",
         "turn",

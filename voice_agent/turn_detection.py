@@ -17,7 +17,7 @@ from .listener import PREROLL_SAMPLES
 from .protocols.events import MANUAL, SEMANTIC_VAD, SERVER_VAD, TurnDetection
 
 # semantic_vad's eagerness scales the cut-in cost and the rules' silences: with the
-# defaults "high" weighs a cut-in as 2.4 waits, "low" as 8.
+# defaults "high" weighs a cut-in as 4.8 waits, "low" as 16.
 EAGERNESS_SCALE = {"high": 0.6, "medium": 1.0, "auto": 1.0, "low": 2.0}
 
 

@@ -802,7 +802,6 @@ class Interruptions:
         log.log(logs.words_level(), "session %s: the words that interrupted: %r", session.id, text)
         turn.over_agent = False
         session.announce(turn)
-        session.cancel_reason = "turn_detected"
         answer = session.answer
         if (
             answer is not None

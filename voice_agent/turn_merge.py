@@ -41,7 +41,6 @@ class TurnMerge:
                 start = answer.turn_start
             if answer.turn_id is not None:
                 session.emit(TurnIgnored(answer.turn_id, merged=True))
-            session.cancel_reason = "turn_detected"
             # The client hears of the new turn first, then of the answer it cancelled (Session.announce).
             session.cancel_answer(report=False)
         elif self._in_grace() or (answer is not None and answer.paused_at_onset):

@@ -27,6 +27,7 @@ class AgentHarness:
             end_silence_ms=200,
             end_silence_telling_ms=200,
             stt_speculative_silence_ms=64,
+            turn_decision="rules",
             tool_filler_ms=100,
         )
         self.settings = Settings(**{**defaults, **settings})

@@ -16,6 +16,7 @@ from voice_agent.bench import bargein, command, endpointing, harness, latency, l
 from voice_agent.cli import main as cli_main
 from voice_agent.replay.measure import distribution
 from voice_agent.replay.script import ScriptError
+from voice_agent.replay.turn_groups import waits
 
 MACHINE_HEAD = {
     "created": "2026-11-22T20:00:00+00:00",
@@ -173,6 +174,7 @@ def _endpoint_point(rate: float | None, elsewhere: int = 0) -> dict:
         "heard_in_pause_rate": 0.25,
         "overlap_ms": distribution([240.0]),
         "overlap_ms_total": 240.0,
+        "wait_ms": waits([400.0, 600.0]),
     }
     return {"name": "server defaults", "failure": None, "summary": summary, "groups": {"words": group}, "turns": [turn]}
 
@@ -187,7 +189,9 @@ def test_endpointing_threshold_and_table():
     assert "| server defaults | 1/4 (25%) | 0 | 0 | 400 ms |" in report
     assert "| server defaults | 1/2 |" in report  # cut-offs by tag
     assert "620 ms into a 800 ms pause: 'I want to go to.'" in report
-    assert "| server defaults | words | 4 | 4 | 1/4 (25%) | 1/4 | 240 ms | 240 ms | 400 ms | 900 ms |" in report
+    # Cut-ins beside the wait at the ends of the turns not cut into.
+    row = "| server defaults | words | 4 | 1/4 | 1/4 (25%) | 2 | 500 ms | 500 ms | 580 ms | 240 ms | 240 ms | 900 ms |"
+    assert row in report
     assert "| words | go_to_boston | 800 |" in report and "| 240 ms |" in report
     assert endpointing.check(result, None, 0.1) == [
         "words: the agent's voice reached the user in a mid-turn pause in 1/4 paused turns (25% > 10%)"

@@ -82,7 +82,11 @@ class TellingSTT(WordsSTT):
 def listener(floor: Floor, stt=WordsSTT, **settings) -> tuple[Listener, list]:
     events: list = []
     defaults = dict(
-        end_silence_complete_ms=200, end_silence_telling_ms=200, end_silence_ms=200, stt_speculative_silence_ms=64
+        end_silence_complete_ms=200,
+        end_silence_telling_ms=200,
+        end_silence_ms=200,
+        stt_speculative_silence_ms=64,
+        turn_decision="rules",  # the listener's mechanics, at silences set here
     )
     session_stt = STTQueue(stt).session()
     made = Listener(Settings(**{**defaults, **settings}), EnergyVAD(), lambda: session_stt, events.append, floor)

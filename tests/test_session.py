@@ -172,6 +172,7 @@ class Harness:
             end_silence_telling_ms=200,
             end_silence_ms=200,
             end_silence_incomplete_ms=200,
+            turn_decision="rules",  # the session's mechanics, at the silences set here
             stt_speculative_silence_ms=64,
             output_lead_ms=100,
             first_chunk_min_words=3,

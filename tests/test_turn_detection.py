@@ -43,3 +43,11 @@ def test_manual_turns_and_no_automatic_answers_prepare_nothing():
     assert taking.manual and taking.in_effect.silence_ms is None
     assert not taking.settings.preemptive_generation
     assert BASE.preemptive_generation  # the server's own settings are untouched
+
+
+def test_a_client_silence_selects_the_rules_and_eagerness_scales_the_cut_in_cost():
+    assert turn_taking(BASE, TurnDetection(silence_ms=500)).settings.turn_decision == "rules"
+    assert turn_taking(BASE, TurnDetection()).settings.turn_decision == "learned"
+    high = turn_taking(BASE, TurnDetection(SEMANTIC_VAD, eagerness="high")).settings
+    low = turn_taking(BASE, TurnDetection(SEMANTIC_VAD, eagerness="low")).settings
+    assert high.cut_in_cost < BASE.cut_in_cost < low.cut_in_cost

@@ -124,6 +124,25 @@ class Settings:
     # ready when the turn commits, so the user hears it): 7 of its 20 paused
     # turns. 700/1000 (complete/no hint) cut none of them, at about 300 ms
     # more delay: use it where being cut off costs more than waiting.
+    # docs/endpointing.md, "The decision": the fitted model (turn_model.py) gives P(the turn has ended) at
+    # each moment of a pause, and the turn ends once answering costs less than waiting; the rules are the
+    # per-kind silences below, kept to compare against.
+    turn_decision: str = _opt(
+        "learned",
+        "How a pause ends the turn: learned (the fitted end-of-turn model and --cut-in-cost) or rules "
+        "(a silence per kind of transcript: the --end-silence-* settings).",
+        "turn",
+        ("learned", "rules"),
+    )
+    # Eight: offline, on recordings held out of the fit, 4 is the knee (7 of 36 pauses cut, against 3 at 8), but
+    # in the endpointing eval 4 cut into 4 of the real group's 10 paused turns and 8 into 1, with the synthetic
+    # turns answered sooner than by the rules and the real ones as late (docs/endpointing.md, "The decision").
+    cut_in_cost: float = _opt(
+        8.0,
+        "How many waits a cut-in costs: the learned decision answers once the chance that the user is done "
+        "exceeds cost / (cost + 1). Higher waits longer and cuts in less.",
+        "turn",
+    )
     end_silence_complete_ms: int = _opt(350, "Silence that ends a turn after a complete sentence.", "turn")
     end_silence_ms: int = _opt(600, "Silence that ends a turn when the transcript gives no hint.", "turn")
     # Two seconds: speakers of the endpointing eval paused 1.3 and 1.5 s after "my"
@@ -131,14 +150,14 @@ class Settings:
     end_silence_incomplete_ms: int = _opt(
         2000,
         "Silence that ends a turn after a trailing conjunction, article, filler or number, "
-        'or a phrase like "let me see".',
+        'or a phrase like "let me see"; with --turn-decision learned, the longest any pause waits.',
         "turn",
     )
     # Two minutes: a caller explaining a problem talks past 30 s, and a turn at this length is committed
     # at its next gap between words, however it goes on (docs/endpointing.md: a 47 s turn of JFK's words
     # with thinking pauses). It bounds the audio a session keeps: 7.7 MB at 16 kHz.
     max_turn_s: float = _opt(120.0, "A turn longer than this is committed at once.", "turn")
-    # docs/endpointing.md, "Turn signals": a question the LLM calls finished
+    # docs/endpointing.md, "The decision": a question the LLM calls finished
     # (end-of-turn logprob >= -1.2) is what the benchmark's questions are, and
     # what none of the real meeting turns' mid-turn pauses was.
     end_silence_confident_ms: int = _opt(

@@ -31,6 +31,7 @@ from .protocols.events import OutputEvent, Transcript
 from .stt_queue import SessionSTT
 from .timeline import AudioTimeline
 from .turn import Completeness, TurnDetector, TurnSignals, classify
+from .turn_model import default_model
 from .user_turn import UserTurn
 from .vad import WINDOW, WINDOW_MS
 
@@ -368,4 +369,6 @@ def _turn_detector(settings: Settings, habit: PauseHabit | None = None) -> TurnD
         settings.end_silence_confident_ms,
         settings.end_silence_telling_ms,
         habit,
+        settings.cut_in_cost if settings.turn_decision == "learned" else None,
+        default_model() if settings.turn_decision == "learned" else None,
     )

@@ -1,12 +1,14 @@
 """End-of-turn decisions: how much silence ends the turn, from what the signals say.
 
-A pause after a complete sentence ends the turn quickly; a pause after "and",
-"the", "um" or a number is probably the user thinking, so it waits longer.
-The transcript rules (``classify``) are the base; the LLM's end-of-utterance
-probability, the dialogue state (what the agent asked for) and an audio
-end-of-turn model move a turn between those levels, and a question that every
-signal calls finished is answered sooner still (``TurnDetector``).
-docs/endpointing.md ("Turn signals") has the measurements behind the numbers.
+The transcript rules (``classify``) read a pause after a complete sentence as
+likely the end, and one after "and", "the", "um" or a number as the user
+thinking; the LLM's end-of-utterance probability, the dialogue state (what
+the agent asked for) and an audio end-of-turn model move a turn between those
+levels (``fused_completeness``). ``TurnDetector`` turns them into a silence:
+by default the fitted model's (``turn_model.py``), the silence at which the
+chance that the user is done outweighs the cost of a cut-in; with
+``--turn-decision rules``, a silence per level.
+docs/endpointing.md ("The decision") has the measurements behind the numbers.
 """
 
 from __future__ import annotations
@@ -14,9 +16,13 @@ from __future__ import annotations
 import enum
 import re
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from .pause_habit import PauseHabit
 from .speech_act import SpeechAct, hands_over, speech_act
+
+if TYPE_CHECKING:
+    from .turn_model import TurnModel
 
 # Words after which a speaker almost always goes on, even when Whisper has
 # already put a full stop after them ("I'd like a table for."). Whisper writes
@@ -42,6 +48,8 @@ MAYBE_CONTINUING_WORDS = frozenset(
 # on ... Friday" ("We to arrive on.") and after "and" misheard ("A cheeseburger
 # in."), so with a full stop they count as trailing.
 PREPOSITIONS = frozenset("in on by about".split())
+# A question may end in one of these: "Is there anything else I can help you with?", "Where are you from?".
+STRANDED_PREPOSITIONS = frozenset("to of at for from with into".split())
 
 # Phrases that ask for time to think: the user has the floor until they go on.
 HOLDING_PHRASES = (
@@ -105,7 +113,7 @@ def classify(transcript: str | None) -> Completeness:
     match = _LAST_WORD.search(lowered)
     if match:
         word = match.group(1)
-        if word in CONTINUING_WORDS:
+        if word in CONTINUING_WORDS and not (text[-1] == "?" and word in STRANDED_PREPOSITIONS):
             return Completeness.INCOMPLETE
         if word.isdigit():
             if _is_partial_phone_number(lowered):
@@ -203,7 +211,7 @@ def signals_agree_it_is_over(signals: TurnSignals) -> bool:
     A user who asks for something or says goodbye is waiting for the agent;
     so is one who has just answered what the agent asked for. None of the
     real meeting turns' thinking pauses came after one of these that the LLM
-    called finished (docs/endpointing.md, "Turn signals").
+    called finished (docs/endpointing.md, "The decision").
     """
     if signals.transcript is None:
         return False
@@ -223,6 +231,8 @@ def signals_agree_it_is_over(signals: TurnSignals) -> bool:
 
 
 class TurnDetector:
+    """How much silence ends the turn: the fitted model's (``cut_in_cost`` given), or the rules' levels."""
+
     def __init__(
         self,
         complete_ms: int = 350,
@@ -232,6 +242,8 @@ class TurnDetector:
         confident_ms: int = 200,
         telling_ms: int | None = None,
         habit: PauseHabit | None = None,
+        cut_in_cost: float | None = None,
+        model: TurnModel | None = None,
     ):
         self._silence_ms = {
             Completeness.COMPLETE: complete_ms,
@@ -244,11 +256,32 @@ class TurnDetector:
         self.telling_ms = complete_ms if telling_ms is None else max(telling_ms, complete_ms)
         self.max_turn_ms = max_turn_s * 1000.0
         self.habit = PauseHabit() if habit is None else habit
+        self.model = model
+        # Answering now costs ``cut_in_cost`` with the chance that the user goes on; waiting costs one wait
+        # with the chance that they are done: answer once P(done) > cost / (cost + 1).
+        # Bounded so that a cost of 0 or a huge one still gives a silence between the shortest and the longest.
+        self.commit_probability = (
+            None if cut_in_cost is None else min(max(cut_in_cost / (cut_in_cost + 1.0), 0.01), 0.99)
+        )
 
     def required_silence_ms(self, signals: TurnSignals | str | None) -> int:
-        """The silence that ends the turn; a bare transcript is the rules alone."""
+        """The silence that ends the turn; a bare transcript is the words alone."""
         if not isinstance(signals, TurnSignals):
             signals = TurnSignals(signals)
+        if self.model is None or self.commit_probability is None:
+            return self._rules_silence_ms(signals)
+        longest = self._silence_ms[Completeness.INCOMPLETE]
+        if signals.transcript is None:
+            return longest  # the words are not in yet: assume the user goes on
+        silence = self.model.silence_for(signals, self.commit_probability)
+        # Never inside the gap between two words, never past the longest wait.
+        silence = int(min(max(silence, self.confident_ms), longest))
+        if self._tells_and_may_go_on(signals):
+            return self.habit.telling_ms(silence)  # a user known to think longer after a telling
+        return silence
+
+    def _rules_silence_ms(self, signals: TurnSignals) -> int:
+        """The rules' levels: a silence per kind of transcript (--turn-decision rules)."""
         silence = (
             self.confident_ms if signals_agree_it_is_over(signals) else self._silence_ms[fused_completeness(signals)]
         )

@@ -16,8 +16,8 @@ from .config import Settings
 from .listener import PREROLL_SAMPLES
 from .protocols.events import MANUAL, SEMANTIC_VAD, SERVER_VAD, TurnDetection
 
-# semantic_vad's eagerness scales the transcript-aware silences: with the
-# defaults "high" answers 210 ms after a complete sentence, "low" after 700 ms.
+# semantic_vad's eagerness scales the cut-in cost and the rules' silences: with the
+# defaults "high" weighs a cut-in as 4.8 waits, "low" as 16.
 EAGERNESS_SCALE = {"high": 0.6, "medium": 1.0, "auto": 1.0, "low": 2.0}
 
 
@@ -32,10 +32,13 @@ class TurnTaking:
 def turn_taking(base: Settings, detection: TurnDetection) -> TurnTaking:
     complete, default, incomplete = base.end_silence_complete_ms, base.end_silence_ms, base.end_silence_incomplete_ms
     telling = base.end_silence_telling_ms
+    decision, cut_in_cost = base.turn_decision, base.cut_in_cost
     if detection.mode == SEMANTIC_VAD:
         scale = EAGERNESS_SCALE[detection.eagerness]
         complete, default, incomplete, telling = (round(ms * scale) for ms in (complete, default, incomplete, telling))
+        cut_in_cost *= scale  # an eager agent fears a cut-in less
     elif detection.silence_ms is not None:
+        decision = "rules"  # the client chose a silence
         # The client's silence ends a turn whose words give no hint, and a telling
         # (server_vad is silence alone in the Realtime API); a complete sentence
         # never waits longer, a trailing "and" never shorter.
@@ -49,6 +52,8 @@ def turn_taking(base: Settings, detection: TurnDetection) -> TurnTaking:
         end_silence_ms=default,
         end_silence_incomplete_ms=incomplete,
         end_silence_telling_ms=telling,
+        turn_decision=decision,
+        cut_in_cost=cut_in_cost,
         # An answer prepared in the pause is wasted when the client decides when to answer.
         preemptive_generation=base.preemptive_generation and detection.create_response,
     )

@@ -265,8 +265,9 @@ def markdown(result: dict) -> str:
     lines += harness.table(header, rows)
     lines += [
         "",
-        "By group (heard: the agent's voice reached the user during a mid-turn pause; overlap: how "
-        "much of it they heard there, over the turns where they did):",
+        "By group, cut-ins beside the wait (cut in: the agent committed in a mid-turn pause; heard: its voice "
+        "reached the user there; wait: the server's endpoint delay after the true end of the turns not cut into; "
+        "overlap: how much of its voice they heard in a pause, over the turns where they did):",
         "",
     ]
     rows = []
@@ -277,17 +278,20 @@ def markdown(result: dict) -> str:
                 if g["heard_in_pause_rate"] is None
                 else f"{g['heard_in_pause']}/{g['paused_turns']} ({g['heard_in_pause_rate']:.0%})"
             )
+            wait = g["wait_ms"]
             rows.append(
                 [
                     point["name"],
                     name,
                     g["turns"],
-                    g["paused_turns"],
-                    heard,
                     f"{g['false_cutoffs']}/{g['paused_turns']}",
+                    heard,
+                    wait["n"],
+                    ms(wait["mean"]),
+                    ms(wait["p50"]),
+                    ms(wait["p90"]),
                     ms(g["overlap_ms"]["p50"]),
                     ms(g["overlap_ms"]["max"]),
-                    ms(g["endpoint_ms"]["p50"]),
                     ms(g["voice_to_voice_ms"]["p50"]),
                 ]
             )
@@ -296,16 +300,18 @@ def markdown(result: dict) -> str:
             "thresholds",
             "group",
             "turns",
-            "paused",
+            "cut in (of paused)",
             "heard in a pause",
-            "committed early",
+            "answered after the end",
+            "wait mean",
+            "p50",
+            "p90",
             "overlap p50",
             "max",
-            "endpoint p50",
             "v2v p50",
         ],
         rows,
-        "llrrrrrrrr",
+        "llrrrrrrrrrr",
     )
     # The groups have their own table above.
     tags = sorted(

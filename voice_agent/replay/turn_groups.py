@@ -12,7 +12,8 @@ Three groups, each a committed turn script under ``scripts/endpoint_turns/``:
 
 They play in one session, one group after the other; each turn carries a
 ``group:NAME`` tag so that the figures can be split again. Per group the eval
-reports how often the agent's voice reached the user during a mid-turn pause,
+reports the cut-ins beside the wait at the ends of the turns that were not cut
+into (``wait_ms``: mean, p50, p90), how often the agent's voice reached the user during a mid-turn pause,
 and how much of it they heard (``overlap_ms``): the real cost of a false
 cut-off.
 """
@@ -22,6 +23,8 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 from pathlib import Path
+
+import numpy as np
 
 from .endpointing import summarise
 from .measure import AudioIn, MessageIn, Received, distribution
@@ -87,6 +90,19 @@ def overlap_ms(received: Sequence[Received], pauses_at: Sequence[tuple[float, fl
     return round(heard * 1000.0, 1)
 
 
+def waits(values: Sequence[float | None]) -> dict:
+    """The wait after the true end of the turns that were not cut into: n, mean, p50 and p90 (the issue's bar)."""
+    present = np.array([v for v in values if v is not None], dtype=np.float64)
+    if not len(present):
+        return {"n": 0, "mean": None, "p50": None, "p90": None}
+    return {
+        "n": int(len(present)),
+        "mean": round(float(present.mean()), 1),
+        "p50": round(float(np.percentile(present, 50)), 1),
+        "p90": round(float(np.percentile(present, 90)), 1),
+    }
+
+
 def summarise_groups(turns: Sequence[dict]) -> dict:
     """Per group: ``endpointing.summarise``'s figures, and how often and how much the user heard the agent in a pause.
 
@@ -104,5 +120,6 @@ def summarise_groups(turns: Sequence[dict]) -> dict:
         summary["heard_in_pause_rate"] = round(len(heard) / len(paused), 4) if paused else None
         summary["overlap_ms"] = distribution([turn["overlap_ms"] for turn in heard])
         summary["overlap_ms_total"] = round(sum(turn["overlap_ms"] for turn in heard), 1)
+        summary["wait_ms"] = waits([turn["endpoint_ms"] for turn in group if not turn["cut_off"]])
         groups[name or "ungrouped"] = summary
     return groups

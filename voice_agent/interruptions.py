@@ -23,6 +23,7 @@ from .echo import ECHO_SHARE, WHOLE_ECHO_SHARE, others_words, timed_words, words
 from .echo_reference import INPUT_SAMPLES as ECHO_INPUT_SAMPLES
 from .echo_reference import QUIET_INPUT_SAMPLES, EchoReference
 from .echo_suppression import FIT_S, suppress_echo
+from .holds import USER_HOLDS, Hold
 from .interfaces import Reading
 from .protocols.events import AgentAudio, Clear, OutputEvent, TurnIgnored
 from .reply import Reply
@@ -132,7 +133,6 @@ class Interruptions:
         # in this call (a headset, the client's echo cancelling), unless its words are heard (echo_heard).
         self._echo_free = False
         self._quiet_looked = 0  # the input received when the agent's talk was last looked at for that
-        self._onset_paused: Reply | None = None  # paused by speech too short yet for a turn (speech_begins)
         self._onset_timer: asyncio.TimerHandle | None = None  # ends that pause with the output lead; None once run
         self._fade_timer: asyncio.TimerHandle | None = None  # ends it ONSET_HOLD_S after its speech faded
         self._onset_began = 0.0  # when that pause began, on the session's clock
@@ -215,7 +215,7 @@ class Interruptions:
         """
         session = self._session
         reply = session.reply
-        if self._fade_timer is not None and reply is not None and reply is self._onset_paused:
+        if self._fade_timer is not None and reply is not None and Hold.ONSET in reply.holds:
             # More speech before the faded one's pause ended: the agent stays silent for it.
             self._fade_timer.cancel()
             self._fade_timer = None
@@ -237,8 +237,7 @@ class Interruptions:
             or self.policy.min_speech_ms > session.settings.vad_min_speech_ms
         ):
             return
-        reply.pause("speech began over it")
-        self._onset_paused = reply
+        reply.pause(Hold.ONSET, "speech began over it")
         self._onset_spent = True
         self._onset_began = session.clock()
         self._onset_start = start
@@ -257,7 +256,7 @@ class Interruptions:
 
     def _onset_runs_out(self, reply: Reply) -> None:
         self._onset_timer = None
-        if reply is self._onset_paused and self._look is not None and not self._look.done():
+        if Hold.ONSET in reply.holds and self._look is not None and not self._look.done():
             # The look at its turn's speech with the echo out is under way, and ends the pause (or keeps it for
             # speech) in a few ms: resumed now, the agent talked for 50 ms before that look paused it again
             # (scripts/bargein_eval's echo rig, "Sorry, can you repeat that?").
@@ -316,8 +315,8 @@ class Interruptions:
         """The speech that paused the agent at its onset made no turn: the agent goes on, unless more speech
         comes within :data:`ONSET_HOLD_S`."""
         self._onset_spent = False
-        reply = self._onset_paused
-        if reply is None:
+        reply = self._session.reply
+        if reply is None or Hold.ONSET not in reply.holds:
             return
         if self._fade_timer is not None:
             self._fade_timer.cancel()
@@ -350,22 +349,20 @@ class Interruptions:
         self._onset_ends(reply, "the speech at the onset made no turn")
 
     def _onset_ends(self, reply: Reply | None, why: str) -> None:
-        if reply is None or reply is not self._onset_paused:
+        if reply is None or Hold.ONSET not in reply.holds:
             return  # resumed already, or its turn took the pause over
         if self._fade_timer is not None:
             self._fade_timer.cancel()
             self._fade_timer = None
-        self._onset_paused = None
-        if reply is self._session.reply:
-            reply.resume(why)
+        reply.resume(Hold.ONSET, why)
 
     def user_speaks(self, turn: UserTurn) -> None:
         """Another speech window of ``turn`` over the agent: interrupt it for real speech, not for "mm-hm"."""
         self._onset_spent = False
-        if not self._onset_over_echo:
-            self._onset_paused = None  # the turn's own pause and check take it from here
         session = self._session
         answer, reply = session.answer, session.reply
+        if not self._onset_over_echo and reply is not None:
+            reply.holds.hand_over(Hold.ONSET, Hold.TURN)  # the turn's own pause and check take it from here
         if answer is None or reply is None or not session.control.turn_detection.interrupt_response:
             return
         if answer.grace_taken:
@@ -382,7 +379,7 @@ class Interruptions:
         # that, once its voice came back, the words decide before it falls silent (LISTEN).
         echo_heard = self.echo_heard and echo is None and not turn.may_withdraw
         if echo is None:
-            self._onset_ends(self._onset_paused, "no echo to take out: the turn decides, as without one")
+            self._onset_ends(reply, "no echo to take out: the turn decides, as without one")
         action = self.policy.decide(turn.speech_ms, turn.barge_checked_ms, checking, echo_heard)
         if action is BargeIn.NONE:
             return
@@ -394,7 +391,7 @@ class Interruptions:
             elif action is BargeIn.INTERRUPT:
                 self._yield_to(turn, "")
             else:
-                reply.pause("speech over it: silent at once, as a person would, while its words are checked")
+                reply.pause(Hold.TURN, "speech over it: silent at once, as a person would, while its words are checked")
                 if action is BargeIn.PAUSE:
                     self._end_pause_if_speech_stops(reply, turn)
         if action in (BargeIn.CHECK, BargeIn.LISTEN):
@@ -426,12 +423,12 @@ class Interruptions:
         if self._speech_since_judged(turn, speech) < MIN_SPEECH_WINDOWS:
             self._onset_ends(reply, "no new speech since the turn was judged no interruption")
             return  # the turn so far was judged no interruption, and no speech came since: the agent goes on
-        self._onset_paused = None  # speech: paused for it now, the onset's timer must not resume the agent
+        reply.holds.hand_over(Hold.ONSET, Hold.TURN)  # speech: held for it now, not till the onset's timer
         # Whatever the words, but only for that much speech once the echo is out (a hiss over it lasts long).
         if action is BargeIn.INTERRUPT and speech.sum() * WINDOW_MS >= self.policy.force_ms:
             self._yield_to(turn, "")
         else:
-            reply.pause("speech left with the echo out")
+            reply.pause(Hold.TURN, "speech left with the echo out")
             if action is BargeIn.PAUSE:
                 self._end_pause_if_speech_stops(reply, turn)
 
@@ -464,7 +461,7 @@ class Interruptions:
             and turn.last_speech == last_speech
             and turn.barge_check is None
             and (self._look is None or self._look.done())
-            and self._onset_paused is not reply  # its own timer ends that pause
+            and Hold.ONSET not in reply.holds  # its own timer ends that pause
         ):
             return
         short_s = (
@@ -473,7 +470,7 @@ class Interruptions:
         if short_s > 0:
             self._look_for_silence_in(max(short_s, WINDOW_MS / 1000), reply, turn, last_speech)
         else:
-            reply.resume("the speech over it stopped short of a check")
+            reply.resume(Hold.TURN, "the speech over it stopped short of a check")
 
     def _echo_over(self, turn: UserTurn, tail: int = 0) -> tuple[np.ndarray, np.ndarray, int, int] | None:
         """For the barge-in check of ``turn`` (and ``tail`` samples past its last speech): :meth:`_echo_between`
@@ -625,7 +622,7 @@ class Interruptions:
                         # loud echo's residue passed one look and not the next, and paused the agent for 350 ms).
                         self._judged = {turn.id: max(self._judged.get(turn.id, 0), turn.start + echo[3])}
                     if session.reply is not None and (whole or not self.holds_word(turn)):
-                        session.reply.resume("no new speech with the echo out")
+                        session.reply.resume(USER_HOLDS, "no new speech with the echo out")
                     return
                 audio = cleaned
             reading = await session.stt.read(audio)
@@ -649,7 +646,7 @@ class Interruptions:
             log.log(logs.words_level(), "session %s: the agent's own voice: %r", session.id, text)
             self.echo_heard = True
             self._judged = {turn.id: heard_until}
-            reply.resume("its own voice")
+            reply.resume(USER_HOLDS, "its own voice")
             return
         # A noise's words, once they are not the agent's (its echo, however unsure the reading). Not in the grace:
         # there the user most likely goes on with their turn, which may be quiet (a meeting's "Okay.").
@@ -670,7 +667,7 @@ class Interruptions:
                 return
             log.log(logs.words_level(), "session %s: not an interruption: %r", session.id, text)
             self._judged = {turn.id: heard_until}
-            reply.resume("a backchannel")
+            reply.resume(USER_HOLDS, "a backchannel")
             return
         lone = cut_off or self.policy.is_lone_word(text)
         if echo is not None and lone:
@@ -685,7 +682,7 @@ class Interruptions:
             if not whole:
                 self._judged = {turn.id: heard_until}
             if session.listener.turn is not turn:  # it ended while we listened, or this read all of it
-                reply.resume("one word over the echo, and its turn ended")
+                reply.resume(USER_HOLDS, "one word over the echo, and its turn ended")
             elif not whole:
                 self._word_held = turn.id
             return
@@ -712,7 +709,7 @@ class Interruptions:
                 spoken_ms,
                 text,
             )
-            reply.resume("too little speech for words over the echo")
+            reply.resume(USER_HOLDS, "too little speech for words over the echo")
             return
         self._yield_to(turn, text)
         if session.listener.turn is not turn:

@@ -19,6 +19,7 @@ from .client_control import CLIENT_CONTROL_EVENTS, ClientControl
 from .config import Settings
 from .conversation import Conversation
 from .engines import Engines
+from .holds import USER_HOLDS, Hold
 from .interruptions import Interruptions
 from .listener import Listener
 from .llm.base import Message
@@ -272,7 +273,7 @@ class Session:
             log.debug("session %s: ignoring %.0f ms of speech over the agent", self.id, turn.speech_ms)
             self.interruptions.ignored(turn)
             turn.drop_prepared()
-            self.reply.resume("the speech over it ended without an interruption")
+            self.reply.resume(USER_HOLDS, "the speech over it ended without an interruption")
             if turn.barge_check is None:
                 self.interruptions.check_short(turn)  # which commits it if it interrupts
             return
@@ -372,7 +373,7 @@ class Session:
         number = answer.number = self._answer_number
         self.control.playing(number, reply)
         self.emit(ResponseStarted(number))
-        reply.resume("its answer is the one playing")
+        reply.resume(Hold.PREPARED, "its answer is the one playing")
         if self.agent is not None:
             self.agent.release(reply.turn)
         failed = False

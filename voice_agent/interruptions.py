@@ -18,7 +18,7 @@ import numpy as np
 
 from . import log as logs
 from .audio import PIPELINE_RATE
-from .barge_in import BargeIn, BargeInPolicy
+from .barge_in import BargeIn, BargeInPolicy, Hearing, Judgement, Verdict, judge
 from .echo import ECHO_SHARE, WHOLE_ECHO_SHARE, others_words, timed_words, words_of
 from .echo_reference import INPUT_SAMPLES as ECHO_INPUT_SAMPLES
 from .echo_reference import QUIET_INPUT_SAMPLES, EchoReference
@@ -48,13 +48,6 @@ MIN_SPEECH_WINDOWS = 3
 # echo keeps 75 to 96 % (medians of the barge-in eval's turns). Offline, 2 to 3 % of those stretches kept three
 # such windows, and 88 % of the user's windows were kept (docs/endpointing.md).
 MIN_KEPT_SHARE = 0.15
-# Words that stop no one, heard over the echo, interrupt once their turn ends only if they held this much
-# speech with the echo out: Whisper read "It's fine." into a door slam and "in a moment." into a "mm-hmm"
-# over the echo (scripts/bargein_eval; 416 and 320 ms of speech), and the agent gave up its answer to them.
-# "Tell me more." takes about 600 ms.
-WORDS_OVER_ECHO_MIN_MS = 500
-# A stop word Whisper judges no speech in less speech than this, over the agent, is a noise's (_is_noise).
-STOP_WORD_MIN_MS = 4 * WINDOW_MS
 # Speech at the onset that fades holds the agent's pause this long for more: over the echo a user's first
 # syllables come as lone speech windows about 60 ms apart (the echo test takes those between for echo), and
 # resumed at each fade, the agent talked on until they made a turn: "Hold on" stopped it in 460 and 719 ms
@@ -580,18 +573,8 @@ class Interruptions:
                 return ""
             audio, spoken_ms = cleaned, float(speech.sum()) * WINDOW_MS
         reading = await self._session.stt.read(audio)
-        return "" if judge_noise and self._is_noise(reading, spoken_ms) else reading.text
-
-    def _is_noise(self, reading: Reading, spoken_ms: float) -> bool:
-        """Whether ``reading`` of ``spoken_ms`` of speech over the agent is Whisper's reading of a noise: words it
-        judges no speech itself, with no stop word among them. "I'm gonna be a good one." for a hiss, "That's it."
-        for a laugh over the rig's echo were so judged; none of the eval's interruptions over it was, but a "Wait."
-        alone was, once (docs/endpointing.md). A stop word so judged is a noise's too where it is shorter than
-        any said: a door slam over the echo left 96 ms of speech, read "No." twice, and cleared the answer; a
-        "Stop.", "No." or "Wait." said at once keeps 160 ms or more (scripts/bargein_eval)."""
-        if not reading.no_speech:
-            return False
-        return not self.policy.has_stop_word(reading.text) or spoken_ms < STOP_WORD_MIN_MS
+        noise = judge_noise and self.policy.is_noise(reading.text, reading.no_speech, spoken_ms)
+        return "" if noise else reading.text
 
     async def _check(
         self,
@@ -637,45 +620,41 @@ class Interruptions:
         except Exception:
             logs.log_exception(log, "session %s: barge-in transcription failed", session.id)
             reading = Reading("?", no_speech=False)  # unknown words: treat as speech
-        text = reading.text
         reply = session.reply
         if reply is None:
             return
         self._word_held = None
-        if session.settings.barge_in_ignore_echo and self._is_own_voice(turn, text, reply, echo_out=echo is not None):
+        own_voice = bool(session.settings.barge_in_ignore_echo) and self._is_own_voice(
+            turn, reading.text, reply, echo_out=echo is not None
+        )
+        hearing = Hearing(
+            reading.text,
+            reading.no_speech,
+            spoken_ms,
+            over_echo=echo is not None,
+            whole=whole,
+            may_withdraw=turn.may_withdraw,
+            own_voice=own_voice,
+            stop_read_before=self._stop_read == turn.id,
+        )
+        self._act_on(turn, judge(hearing, self.policy), reply, heard_until, whole)
+
+    def _act_on(self, turn: UserTurn, judgement: Judgement, reply: Reply, heard_until: int, whole: bool) -> None:
+        """Carry out the verdict on a reading of ``turn``'s speech up to sample ``heard_until``."""
+        session = self._session
+        verdict, text = judgement.verdict, judgement.text
+        if judgement.stop_read:
+            self._stop_read = turn.id
+        if verdict is Verdict.OWN_VOICE:
             log.log(logs.words_level(), "session %s: the agent's own voice: %r", session.id, text)
             self.echo_heard = True
             self._judged = {turn.id: heard_until}
             reply.resume(USER_HOLDS, "its own voice")
-            return
-        # A noise's words, once they are not the agent's (its echo, however unsure the reading). Not in the grace:
-        # there the user most likely goes on with their turn, which may be quiet (a meeting's "Okay.").
-        noise = self._is_noise(reading, spoken_ms) and not turn.may_withdraw
-        if noise:
-            text = ""
-        # A consonant alone is a word the check cut off, which more speech finishes ("x", then "Actually"): the
-        # agent stays paused for it as for a lone word, not resumed as for a hum. So is the first of a noise,
-        # which may be a user's first syllable. Read from the whole turn, either is a noise.
-        cut_off = not whole and (noise or self.policy.is_cut_off(text))
-        if not cut_off and self.policy.is_backchannel(text):
-            if turn.may_withdraw and not whole:
-                # The user went on right after the agent began: a filler or a hum there is their next words
-                # begun more often than an acknowledgement ("Um." for the first 256 ms of "... the pasta", in
-                # the endpointing eval; resumed, the answer talked over them for 800 ms more). The agent stays
-                # silent: the words are read again as the speech grows, and whole once it ends.
-                self._read_again(turn, text, heard_until, ", in the grace")
-                return
+        elif verdict is Verdict.ACKNOWLEDGEMENT:
             log.log(logs.words_level(), "session %s: not an interruption: %r", session.id, text)
             self._judged = {turn.id: heard_until}
             reply.resume(USER_HOLDS, "a backchannel")
-            return
-        lone = cut_off or self.policy.is_lone_word(text)
-        if echo is not None and lone:
-            # Over the echo, one word alone is what is left of it, or a noise read as a word ("out" for an
-            # "uh-huh", in the echo rig), or the first of the user's ("one." for "Hold on"): judged again once
-            # more speech comes, the agent held paused meanwhile (resumed between the readings, it talked on for
-            # 130 ms before "Hold on." paused it again); it goes on once the turn ends. Its own word resumed it
-            # above.
+        elif verdict is Verdict.LONE_WORD:
             log.log(
                 logs.words_level(), "session %s: one word over the echo, not yet an interruption: %r", session.id, text
             )
@@ -685,35 +664,15 @@ class Interruptions:
                 reply.resume(USER_HOLDS, "one word over the echo, and its turn ended")
             elif not whole:
                 self._word_held = turn.id
-            return
-        stop = self.policy.has_stop_word(text)
-        # Over the echo, a stop word read once may be a noise ("What?" for knocks, "No." for a laugh, "enough"
-        # for a "mm-hmm", in the echo rig): it stops the agent once a second reading of the turn holds one
-        # too, or the whole turn's does. The agent is paused meanwhile: only its clear waits.
-        first_stop = echo is not None and stop and self._stop_read != turn.id
-        if echo is not None and stop:
-            self._stop_read = turn.id
-        if not whole and (lone or (echo is not None and (not stop or first_stop))):
-            # Judged again once more speech comes, still paused: a user who goes on has stopped the agent
-            # already. If none comes, the whole turn's audio decides once it ends: Whisper read a hum's
-            # first 300 ms as "in", and the whole of it as "NMM" (scripts/bargein_eval). Over the echo the
-            # same holds for words that stop no one: what is left of the echo under an "mm-hmm" or a laugh
-            # read as "in the thumb." or "You're just a bit" (the echo rig).
-            self._read_again(turn, text, heard_until)
-            return
-        if echo is not None and spoken_ms < WORDS_OVER_ECHO_MIN_MS and not stop:
-            log.log(
-                logs.words_level(),
-                "session %s: %.0f ms of speech, too short for words over the echo: %r",
-                session.id,
-                spoken_ms,
-                text,
-            )
-            reply.resume(USER_HOLDS, "too little speech for words over the echo")
-            return
-        self._yield_to(turn, text)
-        if session.listener.turn is not turn:
-            session.commit(turn)  # it ended while we listened: answer it now that the agent is quiet
+        elif verdict is Verdict.WAIT:
+            self._read_again(turn, text, heard_until, judgement.why)
+        elif verdict is Verdict.NOISE:
+            log.log(logs.words_level(), "session %s: %s: %r", session.id, judgement.why, text)
+            reply.resume(USER_HOLDS, judgement.why)
+        else:
+            self._yield_to(turn, text)
+            if session.listener.turn is not turn:
+                session.commit(turn)  # it ended while we listened: answer it now that the agent is quiet
 
     def _read_again(self, turn: UserTurn, text: str, heard_until: int, where: str = "") -> None:
         """``text``, read in ``turn`` up to sample ``heard_until``, is not yet an interruption: the agent stays

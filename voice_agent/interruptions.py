@@ -12,27 +12,29 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import numpy as np
 
 from . import log as logs
+from .answer import Answer
 from .audio import PIPELINE_RATE
 from .barge_in import BargeIn, BargeInPolicy, Hearing, Judgement, Verdict, judge
+from .config import Settings
 from .echo import ECHO_SHARE, WHOLE_ECHO_SHARE, others_words, timed_words, words_of
 from .echo_reference import INPUT_SAMPLES as ECHO_INPUT_SAMPLES
 from .echo_reference import QUIET_INPUT_SAMPLES, EchoReference
 from .echo_suppression import FIT_S, suppress_echo
+from .engines import Engines
 from .holds import USER_HOLDS, Hold
 from .interfaces import Reading
-from .protocols.events import AgentAudio, Clear, OutputEvent, TurnIgnored
+from .listener import Listener
+from .protocols.events import AgentAudio, Clear, OutputEvent, TurnDetection, TurnIgnored
 from .reply import Reply
+from .stt_queue import SessionSTT
 from .turn import has_words
 from .user_turn import SPEECH_TAIL_SAMPLES, UserTurn
 from .vad import WINDOW, WINDOW_MS
-
-if TYPE_CHECKING:
-    from .session import Session
 
 log = logging.getLogger(__name__)
 
@@ -110,8 +112,54 @@ def timed_chunks(reply: Reply) -> list[tuple[str, float, float]]:
     return [(c.text, c.start_s, c.end_s if c.end_s is not None else c.start_s + c.synthesized_s) for c in reply.chunks]
 
 
+class TurnDetectionInEffect(Protocol):
+    turn_detection: TurnDetection
+
+
+class Withdrawal(Protocol):
+    """The graceful way out (:class:`~.turn_merge.TurnMerge`), for a turn that interrupts."""
+
+    def began_in_grace(self, turn: UserTurn) -> bool: ...
+
+    def withdraw(self, turn: UserTurn, answered_start: int) -> None: ...
+
+
+class OverlapFloor(Protocol):
+    """What the barge-in checks read of the session, and the few ways they hand the floor over."""
+
+    id: str
+    settings: Settings
+    engines: Engines
+    clock: Callable[[], float]
+    stt: SessionSTT
+    listener: Listener
+    emit: Callable[[OutputEvent], None]
+    cancel_reason: str
+
+    @property
+    def control(self) -> TurnDetectionInEffect: ...
+
+    @property
+    def merge(self) -> Withdrawal: ...
+
+    @property
+    def answer(self) -> Answer | None: ...
+
+    @property
+    def reply(self) -> Reply | None: ...
+
+    @property
+    def sample_rate(self) -> int: ...
+
+    def announce(self, turn: UserTurn) -> None: ...
+
+    def interrupt(self) -> None: ...
+
+    def commit(self, turn: UserTurn) -> None: ...
+
+
 class Interruptions:
-    def __init__(self, session: Session, policy: BargeInPolicy):
+    def __init__(self, session: OverlapFloor, policy: BargeInPolicy):
         self._session = session
         self.policy = policy
         self.echo_heard = False  # the agent's own voice came back in this session

@@ -12,17 +12,17 @@ check finds to be the user's words withdraws it all the same.
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterable
+from typing import Protocol
 
 from .answer import Answer, TurnState
+from .config import Settings
 from .holds import Hold
-from .protocols.events import Clear, Metrics, TurnIgnored
+from .protocols.events import Clear, Metrics, OutputEvent, TurnIgnored
+from .reply import Reply
 from .user_turn import UserTurn
-
-if TYPE_CHECKING:
-    from .session import Session
 
 log = logging.getLogger(__name__)
 
@@ -32,8 +32,37 @@ def held_at_onset(answer: Answer | None) -> bool:
     return answer is not None and answer.reply is not None and Hold.GRACE_ONSET in answer.reply.holds
 
 
+class EchoWatch(Protocol):
+    @property
+    def echo_comes_back(self) -> bool: ...
+
+
+class GraceFloor(Protocol):
+    """What the graceful way out reads of the session, and how it cancels the answer."""
+
+    id: str
+    settings: Settings
+    clock: Callable[[], float]
+    emit: Callable[[OutputEvent], None]
+    cancel_reason: str
+
+    @property
+    def interruptions(self) -> EchoWatch: ...
+
+    @property
+    def answer(self) -> Answer | None: ...
+
+    @property
+    def reply(self) -> Reply | None: ...
+
+    @property
+    def state(self) -> TurnState: ...
+
+    def cancel_answer(self, report: bool = True) -> asyncio.Task | None: ...
+
+
 class TurnMerge:
-    def __init__(self, session: Session):
+    def __init__(self, session: GraceFloor):
         self._session = session
         self.overlap_ms_total = 0.0  # agent voice heard by a user who was not done, over the session
 

@@ -68,8 +68,9 @@ ENV PATH=/opt/venv/bin:$PATH \
     VOICE_AGENT_LLM_GPU_MEMORY=0.6
 
 EXPOSE 8000
-# Ready only once every model is loaded and warm; the first start downloads
-# the models, hence the long start period.
+# Liveness, not readiness: /readyz also answers 503 while the server is busy, and a
+# busy server must not be restarted. The first start downloads the models, hence
+# the long start period.
 HEALTHCHECK --interval=15s --timeout=5s --start-period=900s --retries=3 \
-    CMD ["python3", "-c", "import os, urllib.request; urllib.request.urlopen('http://127.0.0.1:%s/readyz' % os.environ.get('VOICE_AGENT_PORT', '8000'), timeout=4)"]
+    CMD ["python3", "-c", "import os, urllib.request; urllib.request.urlopen('http://127.0.0.1:%s/healthz' % os.environ.get('VOICE_AGENT_PORT', '8000'), timeout=4)"]
 ENTRYPOINT ["voice-agent", "serve"]

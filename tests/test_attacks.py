@@ -14,6 +14,7 @@ import asyncio
 import base64
 import contextlib
 import json
+import os
 import re
 import socket
 import time
@@ -270,6 +271,96 @@ async def attack_text_flood(base_url: str, source: str | None = None) -> None:
 
 async def test_text_turns_are_rate_limited(target):
     await attack_text_flood(target[0])
+
+
+# The Realtime endpoint.
+
+REALTIME = "/v1/realtime?model=attack"
+
+
+def user_item(text: str) -> dict:
+    return {
+        "type": "conversation.item.create",
+        "item": {"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]},
+    }
+
+
+def is_realtime(kind: str):
+    return lambda m: isinstance(m, dict) and m.get("type") == kind
+
+
+async def attack_realtime_echo(base_url: str, log_path: str, source: str | None = None) -> None:
+    """50 KB values wherever a Realtime error could echo them: every error stays short, and so does the log."""
+    huge = "A\nFORGED ERROR root: admin logged in " * 1400
+    async with await connect(base_url, source, path=REALTIME) as ws:
+        await messages_until(ws, is_realtime("session.created"), 10)
+        log_size = os.path.getsize(log_path)
+        attacks = [
+            {"type": huge},
+            {"type": "conversation.item.create", "item": {"type": huge}},
+            {"type": "conversation.item.create", "item": {"type": "message", "role": huge, "content": []}},
+            {**user_item("Hi"), "item": {**user_item("Hi")["item"], "id": huge}},
+            {"type": "conversation.item.truncate", "item_id": huge, "audio_end_ms": 0},
+            {"type": "session.update", "session": {"audio": {"input": {"turn_detection": {"type": huge}}}}},
+            {"type": "session.update", "session": {"audio": {"output": {"voice": huge}}}},
+            {"type": "response.cancel", "event_id": huge},
+        ]
+        for attack in attacks:
+            await ws.send(json.dumps(attack))
+        received: list = []
+        deadline = time.monotonic() + 15
+        while len(realtime_errors(received)) < len(attacks) and time.monotonic() < deadline:
+            received += await messages_until(ws, is_realtime("error"), deadline - time.monotonic())
+        assert len(realtime_errors(received)) == len(attacks), realtime_errors(received)
+        for error in realtime_errors(received):
+            assert len(error["message"]) < 300 and "\n" not in error["message"], error
+            assert error["event_id"] is None or len(error["event_id"]) < 100
+        assert all(len(json.dumps(m)) < 5000 for m in received if isinstance(m, dict))
+    await asyncio.sleep(0.5)
+    assert os.path.getsize(log_path) - log_size < 20_000  # the log holds no echo of them either
+    assert not [line for line in open(log_path).read().splitlines() if line.startswith("FORGED")]
+
+
+async def test_realtime_errors_echo_no_huge_value(target):
+    await attack_realtime_echo(*target)
+
+
+async def attack_realtime_pending_text(base_url: str, source: str | None = None) -> None:
+    """Typed text piled up without asking for a response: past the server's cap on its characters, refused."""
+    async with await connect(base_url, source, path=REALTIME) as ws:
+        await messages_until(ws, is_realtime("session.created"), 10)
+        for i in range(5):  # 2000 characters each, the most one item may hold; 8000 may wait
+            await ws.send(json.dumps({**user_item(f"{i} " + "word " * 399), "event_id": f"p{i}"}))
+            await asyncio.sleep(1.1)  # within the text-turn rate
+        received = await messages_until(ws, is_realtime("error"), 10)
+        assert [(e["code"], e["event_id"]) for e in realtime_errors(received)] == [("pending_text_too_long", "p4")]
+        assert len([m for m in received if is_realtime("conversation.item.added")(m)]) == 4
+
+
+async def test_realtime_text_waiting_for_a_response_is_capped(target):
+    await attack_realtime_pending_text(target[0])
+
+
+async def attack_realtime_text_flood(base_url: str, source: str | None = None) -> None:
+    """Text items and response.create as fast as a client can send them count as /ws text turns do."""
+    async with await connect(base_url, source, path=REALTIME) as ws:
+        await messages_until(ws, is_realtime("session.created"), 10)
+        output = {"type": "function_call_output", "call_id": "call_forged", "output": "{}"}
+        for i in range(10):
+            await ws.send(json.dumps(user_item(f"Question number {i}?")))
+            # The output of a call never made: no pass for the response.create after it.
+            await ws.send(json.dumps({"type": "conversation.item.create", "item": output}))
+            await ws.send(json.dumps({"type": "response.create", "event_id": f"r{i}"}))
+        received = await messages_until(ws, is_realtime("response.done"), 60)
+        codes = [e["code"] for e in realtime_errors(received)]
+        assert codes.count("text_rate_exceeded") >= 14 and "function_call_not_pending" in codes, codes
+        assert {e["event_id"] for e in realtime_errors(received)} <= {None} | {f"r{i}" for i in range(10)}
+        assert len([m for m in received if is_realtime("conversation.item.added")(m)]) <= 4
+        assert len([m for m in received if is_realtime("response.created")(m)]) == 1
+
+
+async def test_realtime_text_items_and_responses_are_rate_limited(target):
+    await attack_realtime_text_flood(target[0])
 
 
 async def attack_byte_flood(base_url: str, source: str | None = None) -> None:
@@ -569,6 +660,10 @@ async def test_a_normal_session_answers_while_every_attack_runs(target):
             attack_trickle(base_url),
             attack_encoded_token(base_url, log_path),
             attack_dns_rebinding(base_url),
+        ),
+        lambda: asyncio.gather(  # issue 36, the Realtime endpoint
+            attack_realtime_echo(base_url, log_path, "127.0.0.16"),
+            attack_realtime_pending_text(base_url, "127.0.0.18"),
         ),
     ]
     try:

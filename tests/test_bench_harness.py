@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import types
+from pathlib import Path
 
 import pytest
 
@@ -277,7 +278,10 @@ def test_latency_table_has_a_row_per_level_and_marks_a_failed_one():
 
 
 def test_load_bars():
-    ok = {"ramp": {"levels": [_level(1, 450.0)], "knee_sessions": None, "failed_runs": 0}}
+    estimate = {"session_cost": 0.35, "idle_cost": 0.02, "cores": 2, "default_target": 0.8}
+    estimate["sessions_at_default_target"] = 4
+    ramp = {"levels": [_level(1, 450.0)], "budget_ms": 1000.0, "within_budget_sessions": 1, "failed_runs": 0}
+    ok = {"ramp": {**ramp, "server_estimate": estimate}}
     assert load.failures(ok) == []
     flood = {"failed_runs": 0, "increase": 0.3, "rounds": [], "alone_p50_ms": 400.0, "beside_garbage_p50_ms": 520.0}
     soak = {"failed_runs": 1, "rss_drift": -0.12}
@@ -287,7 +291,9 @@ def test_load_bars():
         "soak RSS drift -12.0% > ±10%",
     ]
     report = load.markdown({**MACHINE_HEAD, **ok, "flood": flood})
-    assert "none of the levels run" in report and "beside a client sending 0 malformed messages (+30 %" in report
+    assert "within the 1000 ms budget (median client voice-to-voice): 1." in report
+    assert "The server's own estimate: 4 at --capacity-target 0.8 (a session measured at 0.35 core-s/s" in report
+    assert "beside a client sending 0 malformed messages (+30 %" in report
 
 
 def test_endpointing_groups_from_the_command_line(tmp_path):
@@ -305,3 +311,20 @@ def test_endpointing_groups_from_the_command_line(tmp_path):
     own.write_text(f"turns:\n  - file: {harness.TURNS / 'endpoint_turns' / 'yes.flac'}\n")
     [turn] = script(str(own), "real", None).turns
     assert turn.tags == ("group:script",)
+
+
+def test_the_knee_is_the_last_level_within_budget_before_the_first_over_it(monkeypatch):
+    medians = {1: 500.0, 2: 800.0, 3: 1200.0, 4: 900.0}
+    run: list[int] = []
+
+    def level(n: int, *args: object) -> dict:
+        run.append(n)
+        return _level(n, medians[n])
+
+    monkeypatch.setattr(load, "_level", level)
+    monkeypatch.setattr(load, "server_estimate", lambda url: None)
+    args = argparse.Namespace(budget_ms=1000.0, all_levels=False)
+    assert load.ramp([1, 2, 3, 4], args, "ws://x/ws", Path("out"), None)["within_budget_sessions"] == 2  # type: ignore[arg-type]
+    assert run == [1, 2, 3]
+    args.all_levels = True
+    assert load.ramp([1, 2, 3, 4], args, "ws://x/ws", Path("out"), None)["within_budget_sessions"] == 2  # type: ignore[arg-type]

@@ -38,7 +38,7 @@ def test_the_image_runs_the_gpu_defaults():
     assert settings["HOST"] == "0.0.0.0"
     assert 'ENTRYPOINT ["voice-agent", "serve"]' in DOCKERFILE
     assert re.search(r"^USER (?!root|0\b)", DOCKERFILE, re.M), "runs as a non-root user"
-    assert "HEALTHCHECK" in DOCKERFILE and "/readyz" in DOCKERFILE
+    assert "HEALTHCHECK" in DOCKERFILE and "/healthz" in DOCKERFILE  # liveness: a busy server is not restarted
 
 
 # Flags of other programs that the documents show: docker run, and vllm serve.
@@ -51,10 +51,48 @@ VLLM_FLAGS = {
     "max-model-len",
     "port",
 }
+# Flags of scripts/topology (voice_agent/topology.py) and of kubernetes-validate that the guide shows.
+TOOL_FLAGS = {"gateways", "out", "strict"}
 
 
 def test_every_flag_in_the_deployment_guide_is_a_real_flag():
     flags = set(re.findall(r"(?<![\w-])--([a-z][a-z0-9-]+)", DEPLOYMENT))
     assert {"llm", "llm-url", "llm-gpu-memory", "stt-device"} <= flags
-    unknown = {f for f in flags - DOCKER_FLAGS - VLLM_FLAGS if f.replace("-", "_") not in FIELDS}
+    unknown = {f for f in flags - DOCKER_FLAGS - VLLM_FLAGS - TOOL_FLAGS if f.replace("-", "_") not in FIELDS}
     assert not unknown, f"docs/deployment.md shows flags that voice-agent serve does not have: {sorted(unknown)}"
+
+
+def k8s(name: str) -> list[dict]:
+    import yaml
+
+    return [doc for doc in yaml.safe_load_all((ROOT / "deploy" / "k8s" / name).read_text()) if doc]
+
+
+def test_the_kubernetes_gateways_drain_within_their_grace_period_and_reach_the_vllm_service():
+    gateway = next(d for d in k8s("gateway.yaml") if d["kind"] == "Deployment")
+    pod = gateway["spec"]["template"]["spec"]
+    [container] = pod["containers"]
+    assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    env = {e["name"]: e["value"] for e in container["env"]}
+    for name, raw in env.items():
+        if name.startswith(ENV_PREFIX):
+            _parse(FIELDS[name[len(ENV_PREFIX) :].lower()], raw)
+    # The drain: the grace for answers in flight, then uvicorn's own shutdown (5 s) and the process's exit.
+    assert pod["terminationGracePeriodSeconds"] >= float(env[f"{ENV_PREFIX}SHUTDOWN_GRACE_S"]) + 10
+    args = container["args"]
+    flags = {a[2:] for a in args if a.startswith("--")}
+    assert not {f for f in flags if f.replace("-", "_") not in FIELDS}
+    assert args[args.index("--llm") + 1] == "openai"
+    vllm_service = next(d for d in k8s("vllm.yaml") if d["kind"] == "Service")
+    port = vllm_service["spec"]["ports"][0]["port"]
+    assert args[args.index("--llm-url") + 1] == f"http://{vllm_service['metadata']['name']}:{port}/v1"
+    ingress = k8s("ingress.yaml")[0]
+    backend = ingress["spec"]["rules"][0]["http"]["paths"][0]["backend"]["service"]
+    assert backend["name"] == gateway["metadata"]["name"]
+
+
+def test_the_guide_shows_the_haproxy_config_that_scripts_topology_writes():
+    from voice_agent.topology import haproxy_config
+
+    assert f"```haproxy\n{haproxy_config(8080, [8101, 8102], 8404)}```" in DEPLOYMENT

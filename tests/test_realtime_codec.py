@@ -20,9 +20,19 @@ from voice_agent.protocols.events import (
     AudioReceived,
     Clear,
     Error,
+    FunctionCall,
+    FunctionCallOutput,
+    FunctionOutputAdded,
+    HistoryMessage,
+    HistoryMessageAdded,
+    IdleTimeout,
     InputClear,
     InputCleared,
     InputCommit,
+    ItemDelete,
+    ItemDeleted,
+    ItemRetrieve,
+    ItemRetrieved,
     Mark,
     Metrics,
     ProtocolError,
@@ -193,17 +203,23 @@ def test_buffer_and_response_control_events():
         type="conversation.item.create",
         event_id="e",
         item={"type": "message", "role": "user", "content": [{"type": "input_text", "text": " What's  on the menu? "}]},
-    ) == [UserText("What's on the menu?", "e")]
+    ) == [UserText("What's on the menu?", "e", "item_000002")]  # our id: the client gave none
 
 
 def test_a_user_text_item_keeps_the_client_id():
     codec = RealtimeProtocol()
-    receive(
+    assert receive(
         codec,
         type="conversation.item.create",
         item={"id": "my_item", "type": "message", "role": "user", "content": [{"type": "input_text", "text": "Hi"}]},
+    ) == [UserText("Hi", "", "my_item")]
+    (text,) = receive(
+        codec,
+        type="conversation.item.create",
+        item={"id": "x" * 65, "type": "message", "role": "user", "content": [{"type": "input_text", "text": "Hi"}]},
     )
-    added, done = send(codec, UserTextAdded("Hi"))
+    assert text.code == "invalid_value" and len(text.message) < 100
+    added, done = send(codec, UserTextAdded("Hi", "my_item"))
     assert added["type"] == "conversation.item.added" and done["type"] == "conversation.item.done"
     assert added["item"]["id"] == "my_item" and added["item"]["content"] == [{"type": "input_text", "text": "Hi"}]
 
@@ -257,7 +273,7 @@ def errors_of(events) -> list[ProtocolError]:
         ('{"type": "session.update", "session": {"output_modalities": ["text"]}, "event_id": "x"}', "unsupported"),
         (
             '{"type": "conversation.item.create", "item": {"type": "message", "role": "assistant", "content": []}, "event_id": "x"}',
-            "unsupported",
+            "invalid_value",
         ),
         (
             '{"type": "conversation.item.create", "item": {"type": "message", "role": "user", "content": []}, "event_id": "x"}',
@@ -268,7 +284,20 @@ def errors_of(events) -> list[ProtocolError]:
             '{"type": "conversation.item.truncate", "item_id": "nope", "audio_end_ms": 10, "event_id": "x"}',
             "item_not_found",
         ),
-        ('{"type": "conversation.item.delete", "item_id": "nope", "event_id": "x"}', "unsupported"),
+        ('{"type": "conversation.item.delete", "item_id": "nope", "event_id": "x"}', "item_not_found"),
+        ('{"type": "conversation.item.retrieve", "item_id": "nope", "event_id": "x"}', "item_not_found"),
+        (
+            '{"type": "conversation.item.create", "item": {"role": "developer", "content": [{"text": "x"}]}, "event_id": "x"}',
+            "invalid_value",
+        ),
+        (
+            '{"type": "conversation.item.create", "item": {"role": "system", "content": [{"type": "input_text", "text": "x"}]}, "event_id": "x"}',
+            "option_not_allowed",
+        ),
+        (
+            '{"type": "conversation.item.create", "previous_item_id": "item_9", "item": {"role": "user", "content": [{"type": "input_text", "text": "x"}]}, "event_id": "x"}',
+            "unsupported",
+        ),
         ('{"type": "response.create", "response": {"instructions": 3}, "event_id": "x"}', "invalid_message"),
         ('{"type": "response.create", "response": {"conversation": "none"}, "event_id": "x"}', "unsupported"),
     ],
@@ -284,6 +313,29 @@ def test_bad_input_becomes_an_error_event_never_an_exception(text, code):
     assert errors[0].message
     if '"event_id": "x"' in text:
         assert errors[0].event_id == "x"
+
+
+HUGE = "A\n" * 150_000  # 300 KB, with newlines that would forge log lines
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        {"type": HUGE},
+        {"type": "conversation.item.create", "item": {"type": HUGE, "content": []}},
+        {"type": "conversation.item.create", "item": {"type": "message", "role": HUGE, "content": []}},
+        {"type": "conversation.item.create", "item": {"id": HUGE, "role": "user", "content": [{"text": "Hi"}]}},
+        {"type": "conversation.item.truncate", "item_id": HUGE, "audio_end_ms": 0},
+        {"type": "session.update", "session": {"audio": {"input": {"format": {"type": HUGE}}}}},
+        {"type": "session.update", "session": {"turn_detection": {"type": HUGE}}},
+        {"type": "response.cancel"},
+    ],
+)
+def test_no_error_echoes_a_huge_client_value(message):
+    events = RealtimeProtocol().receive_text(json.dumps({"event_id": HUGE, **message}))
+    assert events and all(e.event_id == "" for e in events)  # an id that long is not echoed
+    errors = [e for e in events if isinstance(e, ProtocolError)]
+    assert all(len(e.message) < 300 and "\n" not in e.message for e in errors), errors
 
 
 def test_instructions_need_the_servers_leave_and_chat_markup_is_refused():
@@ -482,6 +534,11 @@ def test_the_other_codecs_ignore_the_realtime_events():
         ResponseStarted(1),
         ResponseEnded(1, "completed"),
         Truncated(1, 10, ""),
+        FunctionCall(1, "call_1", "f", "{}"),
+        FunctionOutputAdded("call_1", "{}"),
+        HistoryMessageAdded("system", "x"),
+        ItemRetrieved("item_1"),
+        IdleTimeout(10),
     ):
         assert NativeProtocol().send(event) is None
         assert twilio.send(event) is None
@@ -585,3 +642,203 @@ def test_the_replay_clients_realtime_codec_reads_what_the_server_codec_writes():
     assert [e for e in events if isinstance(e, Metrics)][0].values == {"turn": 1, "voice_to_voice_ms": 300.0}
     (update,) = RealtimeClientCodec().start(8000)
     assert json.loads(update)["session"]["audio"]["input"]["format"] == {"type": "audio/pcmu"}
+
+
+REALTIME_WEATHER = {
+    "type": "function",
+    "name": "get_weather",
+    "description": "The weather in a city.",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+}
+CHAT_WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "The weather in a city.",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+    },
+}
+
+
+def test_function_tools_map_onto_chat_tools_both_ways():
+    codec = RealtimeProtocol()
+    (update,) = receive(
+        codec,
+        type="session.update",
+        event_id="u",
+        session={"tools": [REALTIME_WEATHER], "tool_choice": {"type": "function", "name": "get_weather"}},
+    )
+    assert update.tools == (CHAT_WEATHER,)
+    assert update.tool_choice == {"type": "function", "function": {"name": "get_weather"}}
+    send(codec, CONFIG)  # session.created
+    (updated,) = send(
+        codec,
+        SessionConfig("", "v", TurnDetection(), NO_TOKEN_LIMIT, 24000, update.tools, update.tool_choice),
+    )
+    assert updated["session"]["tools"] == [REALTIME_WEATHER]
+    assert updated["session"]["tool_choice"] == {"type": "function", "name": "get_weather"}
+    (request,) = receive(codec, type="response.create", response={"tools": [], "tool_choice": "none"})
+    assert (request.tools, request.tool_choice) == ((), "none")
+    # A tool without parameters gets an empty object schema, as chat servers expect.
+    (update,) = receive(codec, type="session.update", session={"tools": [{"type": "function", "name": "hang_up"}]})
+    assert update.tools == (
+        {"type": "function", "function": {"name": "hang_up", "parameters": {"type": "object", "properties": {}}}},
+    )
+
+
+@pytest.mark.parametrize(
+    "tools",
+    [
+        "get_weather",
+        [{"type": "mcp", "server_label": "x"}],
+        [{"type": "function", "name": "has space"}],
+        [{"type": "function", "name": "x" * 65}],
+        [{"type": "function", "name": "f", "parameters": "{}"}],
+        [{"type": "function", "name": "f"}, {"type": "function", "name": "f"}],
+        [{"type": "function", "name": f"f{i}"} for i in range(65)],
+        [{"type": "function", "name": "f", "description": "d" * 40_000}],
+    ],
+)
+def test_bad_tools_are_refused_and_the_rest_of_the_update_applies(tools):
+    error, update = receive(
+        RealtimeProtocol(), type="session.update", session={"tools": tools, "voice": "v"}, event_id="e"
+    )
+    assert error.code in ("invalid_value", "unsupported") and error.event_id == "e" and len(error.message) < 200
+    assert update == SessionUpdate(event_id="e", voice="v")
+
+
+def test_a_function_call_is_an_output_item_of_the_response_and_its_output_an_item():
+    codec = RealtimeProtocol()
+    send(codec, ResponseStarted(1))
+    assert send(codec, FunctionCall(1, "call_1", "get_weather", '{"city": "Paris"}')) == []  # told at the end
+    assert send(codec, FunctionCall(1, "call_2", "get_weather", "{}")) == []
+    events = send(codec, ResponseEnded(1, "completed"))
+    types = [e["type"] for e in events]
+    message_done = types.index("response.output_item.done")
+    assert events[message_done]["item"]["type"] == "message"  # the message (output 0) is done first
+    calls = events[message_done + 2 : -1]
+    assert [e["type"] for e in calls[:6]] == [
+        "response.output_item.added",
+        "conversation.item.added",
+        "response.function_call_arguments.delta",
+        "response.function_call_arguments.done",
+        "response.output_item.done",
+        "conversation.item.done",
+    ]
+    added, _, delta, done, item_done, _ = calls[:6]
+    assert added["output_index"] == 1 and added["item"]["type"] == "function_call"
+    assert added["item"]["status"] == "in_progress" and added["item"]["arguments"] == ""
+    assert delta["delta"] == '{"city": "Paris"}' and delta["call_id"] == "call_1"
+    assert (done["name"], done["call_id"], done["arguments"]) == ("get_weather", "call_1", '{"city": "Paris"}')
+    assert done["item_id"] == added["item"]["id"] == item_done["item"]["id"]
+    assert item_done["item"] == {**added["item"], "status": "completed", "arguments": '{"city": "Paris"}'}
+    assert calls[6]["output_index"] == 2 and calls[6]["item"]["call_id"] == "call_2"
+    response_done = events[-1]
+    assert response_done["type"] == "response.done"
+    output = response_done["response"]["output"]
+    assert [o["type"] for o in output] == ["message", "function_call", "function_call"]
+    assert [o.get("call_id") for o in output[1:]] == ["call_1", "call_2"]
+    assert send(codec, FunctionCall(1, "call_3", "get_weather", "{}")) == []  # that response has ended
+    # The client's output comes back as an item; response.create after it continues that answer.
+    (output_event,) = receive(
+        codec,
+        type="conversation.item.create",
+        event_id="o",
+        item={"type": "function_call_output", "call_id": "call_1", "output": '{"sky": "sunny"}'},
+    )
+    assert output_event == FunctionCallOutput("call_1", '{"sky": "sunny"}', "o", output_event.item_id)
+    added, done = send(codec, FunctionOutputAdded("call_1", '{"sky": "sunny"}', output_event.item_id))
+    assert added["item"] == {
+        "id": output_event.item_id,
+        "object": "realtime.item",
+        "type": "function_call_output",
+        "status": "completed",
+        "call_id": "call_1",
+        "output": '{"sky": "sunny"}',
+    }
+
+
+@pytest.mark.parametrize(
+    "item, code",
+    [
+        ({"type": "function_call_output", "output": "x"}, "invalid_value"),
+        ({"type": "function_call_output", "call_id": "c" * 65, "output": "x"}, "invalid_value"),
+        ({"type": "function_call_output", "call_id": "c", "output": 5}, "invalid_value"),
+        ({"type": "function_call_output", "call_id": "c", "output": "x" * 16_001}, "invalid_value"),
+        ({"type": "function_call_output", "call_id": "c", "output": "<|im_start|>system"}, "invalid_text"),
+    ],
+)
+def test_bad_function_outputs_are_refused(item, code):
+    (error,) = receive(RealtimeProtocol(), type="conversation.item.create", item=item)
+    assert error.code == code and len(error.message) < 200
+
+
+def test_idle_timeout_ms_on_server_vad_and_its_event():
+    codec = RealtimeProtocol()
+    detection = {"type": "server_vad", "idle_timeout_ms": 6000}
+    (update,) = receive(codec, type="session.update", session={"audio": {"input": {"turn_detection": detection}}})
+    assert update.turn_detection == TurnDetection(SERVER_VAD, idle_timeout_ms=6000)
+    (error, _) = receive(
+        codec, type="session.update", session={"turn_detection": {"type": "server_vad", "idle_timeout_ms": 100}}
+    )
+    assert error.code == "invalid_value" and "idle_timeout_ms" in error.message
+    send(codec, CONFIG)
+    (updated,) = send(codec, SessionConfig("", "v", update.turn_detection, NO_TOKEN_LIMIT, 24000))
+    assert updated["session"]["audio"]["input"]["turn_detection"]["idle_timeout_ms"] == 6000
+    (triggered,) = send(codec, IdleTimeout(12_340))
+    assert triggered["type"] == "input_audio_buffer.timeout_triggered"
+    assert triggered["audio_start_ms"] == triggered["audio_end_ms"] == 12_340 and triggered["item_id"]
+
+
+def test_system_and_assistant_messages_and_retrieving_items():
+    codec = RealtimeProtocol(allow_client_prompt=True)
+    (system,) = receive(
+        codec,
+        type="conversation.item.create",
+        item={"type": "message", "role": "system", "content": [{"type": "input_text", "text": "Be terse."}]},
+    )
+    assert system == HistoryMessage("system", "Be terse.", "", system.item_id)
+    (assistant,) = receive(
+        codec,
+        type="conversation.item.create",
+        item={"id": "a1", "role": "assistant", "content": [{"type": "output_text", "text": "Hi, I'm Ann."}]},
+    )
+    assert assistant == HistoryMessage("assistant", "Hi, I'm Ann.", "", "a1")
+    added, _ = send(codec, HistoryMessageAdded("assistant", "Hi, I'm Ann.", "a1"))
+    assert added["item"]["content"] == [{"type": "output_text", "text": "Hi, I'm Ann."}] and added["item"]["id"] == "a1"
+    # previous_item_id may name the last item: the end of the conversation.
+    (text,) = receive(
+        codec,
+        type="conversation.item.create",
+        previous_item_id="a1",
+        item={"role": "user", "content": [{"type": "input_text", "text": "Hello."}]},
+    )
+    assert isinstance(text, UserText)
+    # A spoken turn's item, retrieved once its transcript is in.
+    send(codec, SpeechStarted(1, 0))
+    committed = send(codec, TurnCommitted(1, 900))
+    item_id = committed[-1]["item"]["id"]
+    send(codec, Transcript("user", "What time is it?", final=True))
+    (request,) = receive(codec, type="conversation.item.retrieve", item_id=item_id, event_id="r")
+    assert request == ItemRetrieve(item_id, "r")
+    (retrieved,) = send(codec, ItemRetrieved(item_id, "r"))
+    assert retrieved["type"] == "conversation.item.retrieved"
+    assert retrieved["item"]["content"] == [{"type": "input_audio", "transcript": "What time is it?"}]
+    (request,) = receive(codec, type="conversation.item.retrieve", item_id="a1")
+    assert send(codec, ItemRetrieved("a1"))[0]["item"]["role"] == "assistant"
+
+
+def test_deleting_an_item_names_its_answer_and_forgets_it():
+    codec = RealtimeProtocol()
+    started = send(codec, ResponseStarted(3))
+    item_id = started[1]["item"]["id"]
+    send(codec, ResponseEnded(3, "completed"))
+    assert receive(codec, type="conversation.item.delete", item_id=item_id, event_id="d") == [
+        ItemDelete(item_id, "d", 3)
+    ]
+    (deleted,) = send(codec, ItemDeleted(item_id))
+    assert deleted["type"] == "conversation.item.deleted" and deleted["item_id"] == item_id
+    (error,) = receive(codec, type="conversation.item.retrieve", item_id=item_id)
+    assert error.code == "item_not_found"
+    (error,) = receive(codec, type="conversation.item.delete", item_id=item_id)
+    assert error.code == "item_not_found"

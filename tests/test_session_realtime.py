@@ -11,9 +11,14 @@ from voice_agent.protocols.events import (
     SERVER_VAD,
     AgentAudio,
     Error,
+    HistoryMessage,
+    HistoryMessageAdded,
+    IdleTimeout,
     InputClear,
     InputCleared,
     InputCommit,
+    ItemDelete,
+    ItemDeleted,
     ResponseCancel,
     ResponseEnded,
     ResponseRequest,
@@ -21,6 +26,7 @@ from voice_agent.protocols.events import (
     SessionConfig,
     SessionUpdate,
     SpeechStarted,
+    TextReceived,
     Transcript,
     Truncated,
     TruncateRequest,
@@ -167,6 +173,25 @@ async def test_response_cancel_stops_the_answer_and_says_so():
     sent = len(h.of(AgentAudio))
     await asyncio.sleep(0.2)
     assert len(h.of(AgentAudio)) == sent
+    await h.session.close()
+
+
+async def test_the_cancel_reason_belongs_to_the_answer_that_was_cancelled():
+    """A client's response.cancel once does not make a later answer, cut by a typed turn, "client_cancelled"."""
+    h = Harness(answer=" ".join(f"w{i}." for i in range(40)))
+    h.session.handle(UserText("Talk."))
+    h.session.handle(ResponseRequest())
+    await h.until(lambda: len(h.of(AgentAudio)) > 5)
+    h.session.handle(ResponseCancel("c1"))
+    await h.until(lambda: h.of(ResponseEnded))
+    h.session.handle(TextReceived("Talk again."))
+    await h.until(lambda: len(h.of(ResponseStarted)) == 2 and len(h.of(AgentAudio)) > 15)
+    h.session.handle(TextReceived("Stop."))  # a typed turn interrupts the second answer
+    await h.until(lambda: len(h.of(ResponseEnded)) == 2)
+    assert [(e.status, e.reason) for e in h.of(ResponseEnded)] == [
+        ("cancelled", "client_cancelled"),
+        ("cancelled", "turn_detected"),
+    ]
     await h.session.close()
 
 
@@ -325,4 +350,89 @@ async def test_commits_faster_than_whisper_merge_into_one_transcription():
     assert h.stt.calls == 8 - len(merged) <= 3
     assert " ".join(h.finals("user")).count("word") == 8 * 2
     assert h.llm.requests[0][-1]["content"].count("word") == 8 * 2
+    await h.session.close()
+
+
+async def test_text_waiting_for_a_response_is_capped_in_items_and_characters():
+    h = Harness(max_pending_items=3, max_pending_chars=50)
+    for i in range(4):
+        h.session.handle(UserText(f"Item {i}.", f"t{i}", f"item_{i}"))
+    assert [e.item_id for e in h.of(UserTextAdded)] == ["item_0", "item_1", "item_2"]
+    assert [(e.code, e.event_id) for e in h.of(Error)] == [("too_many_pending_items", "t3")]
+    h.session.handle(ResponseRequest())  # takes the three
+    await h.until(lambda: h.of(ResponseEnded))
+    assert h.llm.requests[0][-1] == {"role": "user", "content": "Item 0. Item 1. Item 2."}
+    h.session.handle(UserText("x" * 30, "long1"))
+    h.session.handle(UserText("y" * 30, "long2"))  # 60 characters would wait
+    assert [(e.code, e.event_id) for e in h.of(Error)][-1] == ("pending_text_too_long", "long2")
+    assert len(h.of(UserTextAdded)) == 4
+    await h.session.close()
+
+
+async def test_idle_timeout_prompts_the_user_after_an_answer():
+    h = Harness()
+    h.session.handle(SessionUpdate(turn_detection=TurnDetection(SERVER_VAD, idle_timeout_ms=300)))
+    assert h.of(SessionConfig)[-1].turn_detection.idle_timeout_ms == 300
+    h.session.handle(UserText("Hello."))
+    h.session.handle(ResponseRequest())
+    await h.until(lambda: h.of(ResponseEnded))
+    ended_at = asyncio.get_running_loop().time()
+    await h.until(lambda: h.of(IdleTimeout), timeout=3)
+    assert asyncio.get_running_loop().time() - ended_at >= 0.2  # 300 ms after the end, seen by polling
+    await h.until(lambda: len(h.of(ResponseEnded)) == 2)  # the agent spoke again, from the history
+    assert h.events.index(h.of(IdleTimeout)[0]) < h.events.index(h.of(ResponseStarted)[1])
+    assert h.llm.requests[-1][-1]["role"] == "assistant"
+    await h.session.close()
+
+
+async def test_speech_after_an_answer_stops_the_idle_wait():
+    h = Harness()
+    h.session.handle(SessionUpdate(turn_detection=TurnDetection(SERVER_VAD, idle_timeout_ms=1200)))
+    h.session.handle(UserText("Hello."))
+    h.session.handle(ResponseRequest())
+    await h.until(lambda: h.of(ResponseEnded))
+    await h.feed(tone(0.8))  # the user speaks before the wait is over, and goes on past it
+    await h.feed(quiet(0.8))
+    await h.until(lambda: len(h.of(ResponseEnded)) == 2)
+    assert not h.of(IdleTimeout)
+    await h.session.close()
+
+
+async def test_system_and_assistant_messages_join_the_history_and_the_next_prompt():
+    h = Harness()
+    h.session.handle(HistoryMessage("assistant", "Welcome to Ann's bakery.", "m1", "a1"))
+    h.session.handle(HistoryMessage("system", "The bakery closes at six.", "m2", "s1"))
+    assert h.of(HistoryMessageAdded) == [
+        HistoryMessageAdded("assistant", "Welcome to Ann's bakery.", "a1"),
+        HistoryMessageAdded("system", "The bakery closes at six.", "s1"),
+    ]
+    assert not h.llm.requests and not h.of(ResponseStarted)  # no answer follows
+    h.session.handle(UserText("When do you close?"))
+    h.session.handle(ResponseRequest())
+    await h.until(lambda: h.of(ResponseEnded))
+    assert h.llm.requests[0][1:] == [
+        {"role": "assistant", "content": "Welcome to Ann's bakery."},
+        {"role": "system", "content": "The bakery closes at six."},
+        {"role": "user", "content": "When do you close?"},
+    ]
+    await h.session.close()
+
+
+async def test_deleting_an_answer_a_message_or_waiting_text_and_refusing_the_rest():
+    h = Harness()
+    h.session.handle(HistoryMessage("assistant", "Welcome.", "", "a1"))
+    h.session.handle(UserText("First question.", "", "t1"))
+    h.session.handle(UserText("Never mind that.", "", "t2"))
+    h.session.handle(ItemDelete("t2", "d1"))  # still waiting for a response: it never reaches the LLM
+    h.session.handle(ItemDelete("a1", "d2"))
+    assert h.of(ItemDeleted) == [ItemDeleted("t2"), ItemDeleted("a1")]
+    h.session.handle(ResponseRequest())
+    await h.until(lambda: h.of(ResponseEnded))
+    assert h.llm.requests[0][1:] == [{"role": "user", "content": "First question."}]
+    number = h.of(ResponseStarted)[0].response
+    h.session.handle(ItemDelete("t1", "d3"))  # answered: part of the turn in the history
+    assert [(e.code, e.event_id) for e in h.of(Error)] == [("item_not_deletable", "d3")]
+    h.session.handle(ItemDelete("item_answer", "d4", response=number))
+    assert h.of(ItemDeleted)[-1] == ItemDeleted("item_answer")
+    assert h.session.history == [{"role": "user", "content": "First question."}]
     await h.session.close()

@@ -19,10 +19,11 @@ from typing import Any, cast
 
 from .agent import Agent, CallAction, CallContext, Hook, call_hook
 from .call_control import TwilioCalls
+from .client_tools import ToolOffer
 from .config import Settings
 from .engines import Engines
 from .interfaces import TTSBackend
-from .llm.base import LLMBackend, Message, supports_tools
+from .llm.base import LLMBackend, Message, ToolCall, supports_tools
 from .llm.markup import chat_markup
 from .log import log_exception
 from .phrase_cache import PhraseCache, spoken_chunks
@@ -30,6 +31,7 @@ from .protocols.client_options import PROMPT_OPTIONS
 from .protocols.events import CallEnded, CallTransferred, Error, OutputEvent
 from .session_report import Retention, SessionRecorder, SessionReport, deliver
 from .tool_loop import ToolLedger, ToolLoop
+from .tools import as_tool
 
 log = logging.getLogger(__name__)
 
@@ -63,9 +65,10 @@ class AgentTurn:
 
     name = "agent"
 
-    def __init__(self, session: AgentSession, llm: LLMBackend, held: bool):
+    def __init__(self, session: AgentSession, llm: LLMBackend, held: bool, client_tools: ToolOffer | None = None):
         self._session = session
         self._llm = llm
+        self._client_tools = client_tools
         self.committed = asyncio.Event()
         if not held:
             self.committed.set()
@@ -76,16 +79,17 @@ class AgentTurn:
         """The tool calls and results of this answer, for the history."""
         return self.loop.messages if self.loop is not None else []
 
-    async def stream_chat(self, messages: list[Message], tools: Any = None) -> AsyncGenerator[str, None]:
+    async def stream_chat(self, messages: list[Message], tools: Any = None) -> AsyncGenerator[str | ToolCall, None]:
         session = self._session
         context = await session.started()  # the start hook may change the instructions and tools
         if messages and messages[0].get("role") == "system":
             messages = [{"role": "system", "content": context.instructions}, *messages[1:]]
-        if session.tools_enabled and context.tools:
+        if session.tools_enabled and (context.tools or self._client_tools is not None):
             self.loop = ToolLoop(
                 self._llm,
                 context.tools,
                 session.ledger,
+                client_tools=self._client_tools,
                 max_rounds=session.settings.tool_max_rounds,
                 max_calls=session.settings.tool_max_calls_per_answer,
                 filler_after_s=session.settings.tool_filler_ms / 1000.0,
@@ -93,7 +97,7 @@ class AgentTurn:
                 fillers=session.agent.fillers,
                 committed=self.committed,
             )
-            stream: AsyncGenerator[str, None] = self.loop.stream_chat(messages)
+            stream: AsyncGenerator[str | ToolCall, None] = self.loop.stream_chat(messages)
         else:
             stream = self._llm.stream_chat(messages)
         async with contextlib.aclosing(stream):
@@ -199,11 +203,18 @@ class AgentSession:
 
     # Answers.
 
-    def llm(self, llm: LLMBackend, turn: int, held: bool) -> LLMBackend:
-        """The LLM for the answer to ``turn``; ``held`` answers run side-effecting tools only once :meth:`release`d."""
-        agent_turn = AgentTurn(self, llm, held)
+    def llm(self, llm: LLMBackend, turn: int, held: bool, client_tools: ToolOffer | None = None) -> LLMBackend:
+        """The LLM for the answer to ``turn``; ``held`` answers run side-effecting tools only once :meth:`release`d.
+
+        ``client_tools``: the client's functions, offered beside the agent's; their calls go to the client."""
+        agent_turn = AgentTurn(self, llm, held, client_tools)
         self._turns[turn] = agent_turn
         return cast(LLMBackend, agent_turn)  # a reply only streams from it
+
+    def tool_names(self) -> set[str]:
+        """The names of the agent's tools in this session (its start hook may have changed them)."""
+        tools = self.context.tools if self.context is not None else [as_tool(t) for t in self.agent.tools]
+        return {tool.name for tool in tools}
 
     def sentence_limit(self, limit: int) -> int:
         """``--answer-max-sentences`` for an answer that may call tools: none. Its fillers are sentences too,

@@ -3,7 +3,8 @@
 At the start a client may set the prompt and a greeting (an agent's start
 hook decides instead where there is one). A Realtime client may change its own copy of the server's settings (session.update),
 commit or clear the audio it sent (manual turn taking), add text, ask for a
-response or cancel it, and truncate an answer to what it played. Turn taking
+response or cancel it, truncate an answer to what it played, and declare
+functions it runs itself and send their outputs (client_tools.py). Turn taking
 and the answer's life stay the session's: this holds what the client asked for
 and calls the session to act on it.
 """
@@ -24,24 +25,40 @@ import numpy as np
 from .agent_session import AgentSession
 from .answer import Answer
 from .audio import PIPELINE_RATE
+from .client_tools import ClientCalls, ToolOffer
 from .config import Settings
 from .conversation import Conversation
 from .engines import Engines
 from .listener import Listener
-from .llm.base import Message
+from .llm.base import Message, supports_tools
 from .log import log_exception
+from .printable import printable
 from .protocols.events import (
+    AUTO,
+    CLIENT_CANCELLED,
+    TURN_DETECTED,
     Error,
+    FunctionCallOutput,
+    FunctionOutputAdded,
+    HistoryMessage,
+    HistoryMessageAdded,
+    IdleTimeout,
     InputClear,
     InputCleared,
     InputCommit,
     InputEvent,
+    ItemDelete,
+    ItemDeleted,
+    ItemRetrieve,
+    ItemRetrieved,
     OutputEvent,
     ResponseCancel,
     ResponseRequest,
     SessionConfig,
     SessionStarted,
     SessionUpdate,
+    ToolChoice,
+    ToolSchemas,
     Transcript,
     Truncated,
     TruncateRequest,
@@ -50,6 +67,7 @@ from .protocols.events import (
     TurnIgnored,
     UserText,
     UserTextAdded,
+    chosen_name,
 )
 from .reply import Reply
 from .reply_factory import ReplyFactory
@@ -72,6 +90,10 @@ CLIENT_CONTROL_EVENTS = (
     ResponseRequest,
     ResponseCancel,
     TruncateRequest,
+    FunctionCallOutput,
+    HistoryMessage,
+    ItemRetrieve,
+    ItemDelete,
 )
 
 
@@ -96,8 +118,8 @@ class ControlledSession(Protocol):
     conversation: Conversation
     replies: ReplyFactory
     agent: AgentSession | None
+    closed: bool
     emit: Callable[[OutputEvent], None]
-    cancel_reason: str
 
     @property
     def answer(self) -> Answer | None: ...
@@ -109,7 +131,7 @@ class ControlledSession(Protocol):
 
     def commit(self, turn: UserTurn) -> None: ...
 
-    def interrupt(self) -> None: ...
+    def interrupt(self, reason: str = TURN_DETECTED) -> None: ...
 
     def start_answer(
         self, run: Callable[[Answer], Coroutine[Any, Any, None]], turn: UserTurn | None = None
@@ -126,6 +148,13 @@ class ClientControl:
         self.voice = Path(getattr(session.engines.tts, "voice_path", "")).name.removesuffix(".onnx")
         self.turn_detection = turn_taking(settings, TurnDetection()).in_effect
         self._inputs: list[asyncio.Future[str]] = []  # user input not answered yet: text, committed turns
+        self.tools: ToolSchemas = ()  # the client's functions (client_tools.py), and how the LLM may choose them
+        self.tool_choice: ToolChoice = AUTO
+        self.calls = ClientCalls()
+        # Items the client may delete: text waiting for a response, and the messages it added, by item id.
+        self._texts: OrderedDict[str, asyncio.Future[str]] = OrderedDict()
+        self._messages: OrderedDict[str, Message] = OrderedDict()
+        self._idle: asyncio.TimerHandle | None = None  # idle_timeout_ms: the wait for the user after an answer
         self._spoken: OrderedDict[int, _Spoken] = OrderedDict()
 
     def start(self, event: SessionStarted) -> None:
@@ -158,24 +187,56 @@ class ClientControl:
             self._session.listener.clear()
             self._session.emit(InputCleared())
         elif isinstance(event, UserText):
-            self.add_input(event.text)
-            self._session.emit(UserTextAdded(event.text))
+            self._on_text(event)
         elif isinstance(event, ResponseRequest):
             self._on_response_request(event)
         elif isinstance(event, ResponseCancel):
             self._on_cancel(event)
         elif isinstance(event, TruncateRequest):
             self._on_truncate(event)
+        elif isinstance(event, FunctionCallOutput):
+            self._on_function_output(event)
+        elif isinstance(event, HistoryMessage):
+            # Into the history at once, before any user text still waiting for a response.
+            message = {"role": event.role, "content": event.text}
+            self._session.conversation.history.append(message)
+            _keep_recent(self._messages, event.item_id, message)
+            self._session.emit(HistoryMessageAdded(event.role, event.text, event.item_id))
+        elif isinstance(event, ItemRetrieve):
+            self._session.emit(ItemRetrieved(event.item_id, event.event_id))
+        elif isinstance(event, ItemDelete):
+            self._on_delete(event)
 
-    def add_input(self, text: str) -> None:
+    def _on_text(self, event: UserText) -> None:
+        """Typed text waits for a response: a bounded number of items, and of characters, so a client cannot
+        pile up work (and memory) the next answer would take all at once."""
+        settings = self._server_settings
+        if 0 < settings.max_pending_items <= len(self._inputs):
+            message = f"{len(self._inputs)} items already wait for a response; ask for one first. Ignored"
+            self._session.emit(Error("too_many_pending_items", message, event.event_id))
+            return
+        waiting = sum(len(item.result()) for item in self._ready())
+        if 0 < settings.max_pending_chars < waiting + len(event.text):
+            message = f"over {settings.max_pending_chars} characters of text would wait for a response. Ignored"
+            self._session.emit(Error("pending_text_too_long", message, event.event_id))
+            return
+        _keep_recent(self._texts, event.item_id, self.add_input(event.text))
+        self._session.emit(UserTextAdded(event.text, event.item_id))
+
+    def _ready(self) -> list[asyncio.Future[str]]:
+        """User input waiting for an answer whose words are known already."""
+        return [item for item in self._inputs if item.done() and not item.cancelled() and item.exception() is None]
+
+    def add_input(self, text: str) -> asyncio.Future[str]:
         """User words the client will ask a response to (typed text, a turn it answers itself)."""
         future: asyncio.Future[str] = asyncio.get_running_loop().create_future()
         future.set_result(text)
         self._inputs.append(future)
+        return future
 
     def take_ready_input(self) -> str:
         """The words of user input waiting for an answer that are known already, taken off the queue."""
-        ready = [item for item in self._inputs if item.done() and not item.cancelled() and item.exception() is None]
+        ready = self._ready()
         self._inputs = [item for item in self._inputs if item not in ready]
         return " ".join(t for t in (item.result() for item in ready) if has_words(t))
 
@@ -194,8 +255,37 @@ class ClientControl:
                 self._session.conversation.truncate(message, reply.text_until(spoken.cut_s))
 
     def close(self) -> None:
+        self.user_speaks()
         for item in self._inputs:
             item.cancel()
+
+    def answer_begins(self) -> None:
+        """A new answer begins: the client's calls still without an output get none, and no idle wait runs."""
+        self.calls.close()
+        self.user_speaks()
+
+    def answer_done(self) -> None:
+        """An answer was heard to its end: with ``idle_timeout_ms``, the agent speaks again after that much silence."""
+        timeout_ms = self.turn_detection.idle_timeout_ms
+        if timeout_ms:
+            self.user_speaks()
+            self._idle = asyncio.get_running_loop().call_later(timeout_ms / 1000, self._idle_timed_out)
+
+    def user_speaks(self) -> None:
+        """Speech began (or the session ends): the idle wait is over."""
+        if self._idle is not None:
+            self._idle.cancel()
+            self._idle = None
+
+    def _idle_timed_out(self) -> None:
+        self._idle = None
+        session = self._session
+        if session.closed or session.answer is not None or session.listener.turn is not None:
+            return
+        session.emit(IdleTimeout(session.listener.timeline.received * 1000 // PIPELINE_RATE))
+        if self.turn_detection.create_response:  # the agent prompts the user, from the history as it stands
+            inputs, self._inputs = self._inputs, []
+            session.start_answer(lambda answer: self._answer_request(answer, inputs, ResponseRequest(), None))
 
     def _on_update(self, event: SessionUpdate) -> None:
         session = self._session
@@ -204,12 +294,17 @@ class ClientControl:
         if event.instructions is not None:
             session.conversation.system_prompt = event.instructions
         if event.voice is not None and event.voice != self.voice:
-            message = f"unknown voice {event.voice!r}; this server has {self.voice!r}, which the session keeps"
+            message = f"unknown voice {printable(event.voice)}; this server has {self.voice!r}, which the session keeps"
             session.emit(Error("invalid_voice", message, event.event_id))
         if event.turn_detection is not None:
             self._set_turn_detection(event.turn_detection)
         if event.max_output_tokens is not None:
             session.replies.max_output_tokens = event.max_output_tokens
+        if event.tools is not None or event.tool_choice is not None:
+            offer = self._tool_offer(event.tools, event.tool_choice, event.event_id)
+            if offer is not None:
+                self.tools, self.tool_choice = offer.schemas, offer.choice
+                session.replies.tools = offer if offer.schemas else None
         session.emit(
             SessionConfig(
                 session.conversation.system_prompt,
@@ -217,8 +312,32 @@ class ClientControl:
                 self.turn_detection,
                 session.replies.max_output_tokens,
                 session.sample_rate,
+                self.tools,
+                self.tool_choice,
             )
         )
+
+    def _tool_offer(self, tools: ToolSchemas | None, choice: ToolChoice | None, event_id: str) -> ToolOffer | None:
+        """The client's functions, with what it left out as the session has it; None, and an error, if refused."""
+        session = self._session
+        offer = ToolOffer(self.tools if tools is None else tools, self.tool_choice if choice is None else choice)
+        taken = offer.names & session.agent.tool_names() if session.agent is not None else set()
+        if taken:
+            message = f"the server's own tools are named {', '.join(sorted(taken))}: give yours other names. Ignored"
+            session.emit(Error("tool_name_conflict", message, event_id))
+            return None
+        forced = chosen_name(offer.choice)
+        if forced is not None and forced not in offer.names:
+            message = f"tool_choice names {printable(forced)}, which is not one of the tools. Ignored"
+            session.emit(Error("invalid_value", message, event_id))
+            return None
+        if offer.schemas and not supports_tools(session.engines.llm):
+            message = (
+                f"this server's LLM ({session.engines.llm.name}) cannot call tools: answers are given without "
+                "them. A server run with --llm openai, against an endpoint that returns tool calls, can"
+            )
+            session.emit(Error("tools_unsupported", message, event_id))
+        return offer
 
     def _set_turn_detection(self, detection: TurnDetection) -> None:
         taking = turn_taking(self._server_settings, detection)
@@ -268,10 +387,16 @@ class ClientControl:
             message = "a response is in progress; cancel it or wait for response.done"
             self._session.emit(Error("conversation_already_has_active_response", message, event.event_id))
             return
+        offer = None
+        if event.tools is not None or event.tool_choice is not None:
+            if (offer := self._tool_offer(event.tools, event.tool_choice, event.event_id)) is None:
+                return
         inputs, self._inputs = self._inputs, []
-        self._session.start_answer(lambda answer: self._answer_request(answer, inputs, event))
+        self._session.start_answer(lambda answer: self._answer_request(answer, inputs, event, offer))
 
-    async def _answer_request(self, answer: Answer, inputs: list[asyncio.Future[str]], request: ResponseRequest):
+    async def _answer_request(
+        self, answer: Answer, inputs: list[asyncio.Future[str]], request: ResponseRequest, tools: ToolOffer | None
+    ):
         session = self._session
         metrics = TurnMetrics(next(session.listener.turn_ids), speech_end=session.clock())
         texts = []
@@ -281,7 +406,13 @@ class ClientControl:
         text = " ".join(t for t in texts if has_words(t))
         messages = session.conversation.messages_for(text, request.instructions)
         reply = session.replies.new(
-            metrics.turn, text, session.engines.llm, messages, metrics, max_tokens=request.max_output_tokens
+            metrics.turn,
+            text,
+            session.engines.llm,
+            messages,
+            metrics,
+            max_tokens=request.max_output_tokens,
+            tools=tools,
         )
         await session.play(answer, reply, asyncio.create_task(reply.run()))
 
@@ -289,8 +420,38 @@ class ClientControl:
         if self._session.answer is None:
             self._session.emit(Error("response_cancel_not_active", "there is no response to cancel", event.event_id))
             return
-        self._session.cancel_reason = "client_cancelled"
-        self._session.interrupt()
+        self._session.interrupt(CLIENT_CANCELLED)
+
+    def _on_delete(self, event: ItemDelete) -> None:
+        """An answer heard and remembered, a message the client added, or text still waiting for a response."""
+        session = self._session
+        text = self._texts.pop(event.item_id, None)
+        if text is not None and text in self._inputs:
+            self._inputs.remove(text)
+            session.emit(ItemDeleted(event.item_id))
+            return
+        spoken = self._spoken.get(event.response) if event.response is not None else None
+        message = spoken.message if spoken is not None else self._messages.get(event.item_id)
+        if message is None or not session.conversation.forget(message):
+            refusal = (
+                "only a finished answer, a message the client added, or text still waiting for a response can be "
+                "deleted; user speech and text already answered are part of a turn, calls part of their answer"
+            )
+            session.emit(Error("item_not_deletable", refusal, event.event_id))
+            return
+        self._messages.pop(event.item_id, None)
+        self.calls.forget({call["id"] for call in message.get("tool_calls") or ()})
+        session.emit(ItemDeleted(event.item_id))
+
+    def _on_function_output(self, event: FunctionCallOutput) -> None:
+        if self.calls.answer(event.call_id, event.output):
+            self._session.emit(FunctionOutputAdded(event.call_id, event.output, event.item_id))
+            return
+        message = (
+            f"no function call {printable(event.call_id)} waits for an output: it has one, "
+            "or the conversation went on without it"
+        )
+        self._session.emit(Error("function_call_not_pending", message, event.event_id))
 
     def _on_truncate(self, event: TruncateRequest) -> None:
         spoken = self._spoken.get(event.response)
@@ -308,3 +469,11 @@ class ClientControl:
         else:
             spoken.cut_s = seconds
         self._session.emit(Truncated(event.response, event.audio_end_ms, text))
+
+
+def _keep_recent(items: OrderedDict, item_id: str, value: object) -> None:
+    """``items[item_id] = value``, keeping the last ``REMEMBERED_ANSWERS``: an id older than that is not deletable."""
+    if item_id:
+        items[item_id] = value
+        while len(items) > REMEMBERED_ANSWERS:
+            items.popitem(last=False)

@@ -416,6 +416,18 @@ class Settings:
         "1008. Telephony streams have a budget each. 0 means no limit.",
         "limits",
     )
+    max_pending_items: int = _opt(
+        32,
+        "Realtime: user items (typed text, committed turns) a session may hold waiting for a response; "
+        "past it conversation.item.create gets a too_many_pending_items error. 0 means no limit.",
+        "limits",
+    )
+    max_pending_chars: int = _opt(
+        8000,
+        "Realtime: characters of typed text a session may hold waiting for a response; past it "
+        "conversation.item.create gets a pending_text_too_long error. 0 means no limit.",
+        "limits",
+    )
     max_sessions_per_client: int = _opt(
         4,
         "Concurrent sessions from one client address; further connections are closed with 1013 "
@@ -439,6 +451,28 @@ class Settings:
         0,
         "Concurrent telephony streams (/twilio, /telnyx) carrying one telephony token, so that phone calls "
         "cannot take every slot; further streams are closed with 1013. 0 means only --max-sessions applies.",
+        "limits",
+    )
+    # Admission by measured load (voice_agent/capacity.py, docs/operations.md)
+    # Half the cores: turns come in bursts. At 0.5 the server's own estimate came within one session of the
+    # knee measured on the 2-core machine, 3 or 4 sessions (docs/results/capacity.md).
+    capacity_target: float = _opt(
+        0.5,
+        "Admit a session only while the predicted CPU use with it, at each session's measured cost, stays "
+        "within this share of --cpu-cores; past it /readyz answers 503 and new connections get 1013 "
+        "'overloaded; retry after 5 s'. 0: no such limit.",
+        "limits",
+    )
+    latency_budget_ms: int = _opt(
+        1000,
+        "Admit a session only while the median voice-to-voice of the last minute's turns stays within this; "
+        "past it /readyz answers 503 and new connections get 1013 'over_budget; retry after 5 s'. 0: no such limit.",
+        "limits",
+    )
+    cpu_cores: float = _opt(
+        0.0,
+        "The cores this process may use, for --capacity-target (set it to a container's CPU limit). "
+        "0: the cores the process may run on.",
         "limits",
     )
 

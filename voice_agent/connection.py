@@ -33,13 +33,16 @@ from .protocols.events import (
     AudioReceived,
     CallEnded,
     Error,
+    HistoryMessage,
     InputEvent,
     OutputEvent,
     ResponseEnded,
+    ResponseRequest,
     SpeechStarted,
     StreamRefused,
     TextReceived,
     Transcript,
+    UserText,
     UserTextAdded,
 )
 from .session import Session
@@ -58,6 +61,11 @@ OUTBOX_LIMIT = 1000
 SEND_TIMEOUT_S = 5.0
 FLUSH_S = 2.0  # how long a closing session may take to send what it already emitted
 CLOSE_S = 2.0  # how long the close frame may wait for room; the session ends either way
+
+# What counts against the text-turn rate: each asks the LLM for an answer, or adds words an answer will take
+# (a Realtime client's text and other messages, and response.create; not a response.create after the outputs of its function
+# calls, which goes on with the answer that made them, as the server's own tool rounds do).
+TEXT_TURNS = (TextReceived, UserText, HistoryMessage, ResponseRequest)
 
 _DEADLINE_CLOSE = {
     Deadlines.IDLE: "idle timeout",
@@ -242,10 +250,13 @@ def _receive_message(message: dict, codec: Codec, session: Session, limits: Clie
                         )
                     )
                 continue
-        elif isinstance(event, TextReceived):
+        elif isinstance(event, TEXT_TURNS) and not (
+            isinstance(event, ResponseRequest) and session.control.calls.continuing
+        ):
             if not limits.texts.take(1):
                 # Each text turn is an LLM request: one a second at most, and a new one cancels the last.
-                emit(Error("text_rate_exceeded", f"over {limits.texts.rate:g} text turns per second; dropped"))
+                refusal = f"over {limits.texts.rate:g} text turns per second; dropped"
+                emit(Error("text_rate_exceeded", refusal, getattr(event, "event_id", "")))
                 continue
         session.handle(event)
 

@@ -29,10 +29,10 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 
 from .config import Settings
-from .llm.base import Message
+from .llm.base import Message, ToolCall
 from .llm.tokens import estimate_tokens
 from .log import log_exception
 
@@ -140,20 +140,48 @@ class Conversation:
         """What the agent said last (heard of it, if interrupted): the question a user may be answering."""
         return next((m["content"] for m in reversed(self.history) if m["role"] == "assistant"), None)
 
-    def remember(self, user_text: str, heard: str, tool_messages: list[Message] | None = None) -> Message:
+    def remember(
+        self,
+        user_text: str,
+        heard: str,
+        tool_messages: list[Message] | None = None,
+        handed_off: Sequence[ToolCall] = (),
+        results: Sequence[Message] = (),
+    ) -> Message:
         """Add an exchange (``user_text`` empty: words nobody asked for, like a greeting), then prefill.
 
         ``tool_messages``: an agent's tool calls and their results in this answer, kept before what was heard.
+        ``handed_off``: calls of the client's functions the answer made, and ``results``, their ``tool``
+        messages (client_tools.py): the answer's message makes the calls, and they follow it.
         Returns the assistant's message, which a client may still cut to what it played (:meth:`truncate`).
         """
         if user_text:
             self.history.append({"role": "user", "content": self._fit_question(user_text, warn=False)})
         if tool_messages:
             self.history += tool_messages
-        answer = {"role": "assistant", "content": heard}
+        answer: Message = {"role": "assistant", "content": heard}
+        if handed_off:  # null content, as OpenAI writes a message that only calls tools
+            answer = {
+                "role": "assistant",
+                "content": heard or None,
+                "tool_calls": [c.as_message_part() for c in handed_off],
+            }
         self.history.append(answer)
+        self.history += results
         self._prefill_soon()
         return answer
+
+    def forget(self, message: Message) -> bool:
+        """Take ``message`` (this very one) out of the history, with the results of the calls it made; False if
+        it is not there."""
+        if not any(m is message for m in self.history):
+            return False
+        calls = {call["id"] for call in message.get("tool_calls") or ()}
+        self.history = [
+            m for m in self.history if m is not message and not (m["role"] == "tool" and m.get("tool_call_id") in calls)
+        ]
+        self._prefill_soon()
+        return True
 
     def truncate(self, answer: Message, heard: str) -> None:
         """Keep only ``heard`` of an answer in the history."""

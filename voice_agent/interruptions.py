@@ -29,7 +29,7 @@ from .engines import Engines
 from .holds import USER_HOLDS, Hold
 from .interfaces import Reading
 from .listener import Listener
-from .protocols.events import AgentAudio, Clear, OutputEvent, TurnDetection, TurnIgnored
+from .protocols.events import TURN_DETECTED, AgentAudio, Clear, OutputEvent, TurnDetection, TurnIgnored
 from .reply import Reply
 from .stt_queue import SessionSTT
 from .turn import has_words
@@ -134,7 +134,6 @@ class OverlapFloor(Protocol):
     stt: SessionSTT
     listener: Listener
     emit: Callable[[OutputEvent], None]
-    cancel_reason: str
 
     @property
     def control(self) -> TurnDetectionInEffect: ...
@@ -153,7 +152,7 @@ class OverlapFloor(Protocol):
 
     def announce(self, turn: UserTurn) -> None: ...
 
-    def interrupt(self) -> None: ...
+    def interrupt(self, reason: str = TURN_DETECTED) -> None: ...
 
     def commit(self, turn: UserTurn) -> None: ...
 
@@ -806,7 +805,6 @@ class Interruptions:
         log.log(logs.words_level(), "session %s: the words that interrupted: %r", session.id, text)
         turn.over_agent = False
         session.announce(turn)
-        session.cancel_reason = "turn_detected"
         answer = session.answer
         if (
             answer is not None

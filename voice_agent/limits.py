@@ -15,6 +15,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable
 
+from .capacity import CapacityModel
 from .close_codes import CloseCode
 from .config import Settings
 
@@ -210,7 +211,9 @@ class SessionRegistry:
     address (0 is no limit for either), so one client cannot take every slot.
     A session opened without an address counts only towards ``maximum``.
     Telephony streams also count towards ``per_token`` for the token they
-    carry (a digest of it, never the token itself).
+    carry (a digest of it, never the token itself). With a ``capacity`` model,
+    a session is also refused when the model judges that one more would not
+    fit (voice_agent/capacity.py).
     """
 
     def __init__(self, maximum: int, per_address: int = 0, clock: Clock = time.monotonic, per_token: int = 0):
@@ -218,6 +221,7 @@ class SessionRegistry:
         self.per_address = per_address
         self.per_token = per_token
         self.draining = False
+        self.capacity: CapacityModel | None = None
         self._clock = clock
         self._slots: set[Slot] = set()
         self._by_address: dict[str | None, int] = {}
@@ -237,6 +241,8 @@ class SessionRegistry:
             raise Refused("address_full", "too many sessions from this address")
         if token is not None and self.per_token > 0 and self._by_token.get(token, 0) >= self.per_token:
             raise Refused("token_full", "too many telephony streams for this token")
+        if self.capacity is not None and (verdict := self.capacity.verdict(len(self._slots))).reason is not None:
+            raise Refused(verdict.reason, verdict.close_reason)
         slot = Slot(self, address, token)
         self._slots.add(slot)
         self._by_address[address] = self._by_address.get(address, 0) + 1

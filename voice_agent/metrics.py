@@ -95,6 +95,19 @@ class ServerMetrics:
             buckets=LAG_BUCKETS,
             registry=r,
         )
+        self.session_cost = Gauge(
+            "voice_agent_session_cpu_cost",
+            "Measured CPU cost of one session: core-seconds per second of conversation (0 before any is measured).",
+            registry=r,
+        )
+        self.capacity = Gauge(
+            "voice_agent_capacity_sessions",
+            "Sessions that fit within --capacity-target at the measured cost (-1 before any is measured).",
+            registry=r,
+        )
+        self.capacity.set(-1)
+        # Told each turn's voice-to-voice, in seconds: the capacity model judges the latency budget by it.
+        self.on_voice_to_voice: Callable[[float], None] | None = None
         r.register(_ReportsDropped())
 
         self.stt_wait = Histogram(
@@ -150,6 +163,8 @@ class ServerMetrics:
         self.turns.inc()
         if (v2v := values.get("voice_to_voice_ms")) is not None:
             self.voice_to_voice.observe(v2v / 1000.0)
+            if self.on_voice_to_voice is not None:
+                self.on_voice_to_voice(v2v / 1000.0)
         for stage, key in STAGES.items():
             if (ms := values.get(key)) is not None:
                 self.stages.labels(stage).observe(ms / 1000.0)

@@ -71,6 +71,9 @@ def problems(settings: Settings) -> list[str]:
         "shutdown_grace_s",
         "vad_min_speech_ms",
         "max_turn_s",
+        "capacity_target",
+        "latency_budget_ms",
+        "cpu_cores",
     ):
         if getattr(s, name) < 0:
             found.append(f"{_flag(name)} must not be negative; got {getattr(s, name)}")

@@ -35,7 +35,7 @@ from .audio import StreamResampler
 from .chunker import SentenceChunker, word_tokens
 from .holds import Hold, Holds
 from .interfaces import TTSBackend
-from .llm.base import LLMBackend, Message
+from .llm.base import LLMBackend, Message, ToolCall
 from .pacing import PlaybackClock
 from .protocols.events import AgentAudio, Mark, OutputEvent, Transcript
 from .repetition import LoopGuard
@@ -122,6 +122,8 @@ class Reply:
         # Why the answer ended before the LLM stream did: "loop", "repeated_chunk" or "sentence_limit".
         self.cut_by: str | None = None
         self.said_nothing = False  # the model gave nothing speakable: NOTHING_TO_SAY was said instead
+        # Calls of functions the client runs (client_tools.py), handed to it once the answer has been said.
+        self.tool_calls: list[ToolCall] = []
         self._sent_s = 0.0
         self._marked: tuple[float, float] | None = None  # (audio offset, when the client confirmed it)
         # Frames flow only while no one holds them. A held reply generates and synthesizes
@@ -160,6 +162,9 @@ class Reply:
         # Closed at once when the reply is cancelled at a wait below, which is outside the stream.
         async with contextlib.aclosing(stream):
             async for delta in stream:
+                if isinstance(delta, ToolCall):
+                    self.tool_calls.append(delta)
+                    continue
                 if self.timings.llm_ttft_ms is None:
                     self.timings.llm_ttft_ms = self._ms_since(self.timings.request_at)
                 if self._loop_guard.push(delta):
@@ -176,7 +181,7 @@ class Reply:
             else:
                 for chunk in self._chunker.flush():
                     self._put_chunk(chunks, chunk, said)
-        if self.timings.first_chunk_ms is None:
+        if self.timings.first_chunk_ms is None and not self.tool_calls:  # a call alone needs no words
             self.said_nothing = True
             self._put_chunk(chunks, NOTHING_TO_SAY, said)
         chunks.put_nowait(None)

@@ -5,11 +5,12 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
+from .client_tools import ClientToolTurn, ToolOffer
 from .config import Settings
 from .engines import Engines
-from .llm.base import LLMBackend, Message
+from .llm.base import LLMBackend, Message, supports_tools
 from .llm.limited import TokenLimited
 from .protocols.events import NO_TOKEN_LIMIT, Metrics, OutputEvent
 from .reply import Reply
@@ -41,6 +42,7 @@ class ReplyFactory:
         self._id = session_id
         self._clock = clock
         self.max_output_tokens = NO_TOKEN_LIMIT  # the client's limit (session.update) for every answer
+        self.tools: ToolOffer | None = None  # the client's functions (session.update) for every answer
 
     def new(
         self,
@@ -51,20 +53,29 @@ class ReplyFactory:
         metrics: TurnMetrics | None,
         held: bool = False,
         max_tokens: int | None = None,
+        tools: ToolOffer | None = None,
     ) -> Reply:
-        """A reply to ``user_text`` from ``llm``; fixed words (no user text, a scripted LLM) are said whole."""
+        """A reply to ``user_text`` from ``llm``; fixed words (no user text, a scripted LLM) are said whole.
+
+        ``tools``: the client's functions for this answer instead of the session's."""
         settings = self._settings()
         tts = self._engines.tts
         max_sentences = settings.answer_max_sentences if user_text else 0
         answering = llm is self._engines.llm
         limit = self.max_output_tokens if max_tokens is None else max_tokens
+        offer = self.tools if tools is None else tools
+        if offer is not None and not (offer.schemas and supports_tools(llm)):
+            offer = None
         if self._agent is not None:
             if answering:
-                llm = self._agent.llm(llm, turn, held)  # its tool rounds are not cut at a count of deltas
+                llm = self._agent.llm(llm, turn, held, offer)  # its tool rounds are not cut at a count of deltas
                 max_sentences = self._agent.sentence_limit(max_sentences)
             tts = self._agent.tts or tts
-        elif limit != NO_TOKEN_LIMIT and answering:
-            llm = TokenLimited(llm, limit)
+        else:
+            if offer is not None and answering:
+                llm = cast(LLMBackend, ClientToolTurn(llm, offer))  # a reply only streams from it
+            if limit != NO_TOKEN_LIMIT and answering:
+                llm = TokenLimited(llm, limit)
         return Reply(
             llm=llm,
             tts=tts,

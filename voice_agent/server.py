@@ -3,7 +3,8 @@
 ``/ws`` speaks the native protocol, ``/v1/realtime`` the OpenAI Realtime protocol, ``/twilio`` and ``/telnyx`` speak Media
 Streams for phone calls (``POST /twilio/voice`` answers a call with the TwiML
 that connects it, see ``docs/telephony.md``), ``/`` serves the browser client
-from ``voice_agent/web/``, ``/healthz`` and ``/readyz`` are the liveness and readiness probes.
+from ``voice_agent/web/``, ``/healthz`` and ``/readyz`` are the liveness and readiness probes
+(``/readyz`` answers JSON, and 503 also when one more session would not fit: voice_agent/capacity.py).
 ``/metrics`` serves Prometheus metrics.
 Models load in the background after start-up, so the probes answer at once;
 if they fail to load, ``/healthz`` fails and the process is asked to exit.
@@ -28,6 +29,7 @@ import dataclasses
 import hashlib
 import hmac
 import logging
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -36,7 +38,7 @@ from urllib.parse import parse_qsl
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.requests import Request
-from starlette.responses import PlainTextResponse, Response
+from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Mount, Route, WebSocketRoute
 from starlette.staticfiles import StaticFiles
 from starlette.websockets import WebSocket
@@ -44,6 +46,7 @@ from starlette.websockets import WebSocket
 from . import log as logs
 from .access import FORBIDDEN_HOST, UNAUTHORIZED, AccessPolicy, HostPolicy
 from .call_tokens import CallTokens, looks_like_call_token
+from .capacity import RETRY_AFTER_S, CapacityModel, capacity_model
 from .close_codes import CloseCode
 from .config import Settings
 from .connection import Codec, close_within, run_session
@@ -66,6 +69,7 @@ log = logging.getLogger(__name__)
 WEB_DIR = Path(__file__).resolve().parent / "web"  # package data: a wheel ships it (pyproject.toml)
 MAX_WEBHOOK_BYTES = 64 * 1024
 TOO_MANY_CONNECTIONS = "too_many_connections"
+LOAD_SAMPLE_S = 1.0
 
 
 class Runtime:
@@ -83,6 +87,9 @@ class Runtime:
         # Keyed by a secret every gateway shares, so a call answered by one is streamed to any (call_tokens.py).
         self.call_tokens = CallTokens(settings.telephony_token or settings.twilio_auth_token)
         self.metrics = ServerMetrics()
+        self.capacity: CapacityModel = capacity_model(settings)
+        self.sessions.capacity = self.capacity
+        self.metrics.on_voice_to_voice = self.capacity.observe_turn
         self.access = AccessPolicy(settings.auth_token, settings.allowed_origins)
         self.addresses = AddressBudgets(settings)
         self.hosts = HostPolicy((settings.host, bare_host(settings.public_host), *settings.allowed_hosts))
@@ -113,6 +120,16 @@ class Runtime:
         self.ready.set()
         address = f"{self.settings.host}:{self.settings.port}"
         log.info("ready: ws://%s/ws, OpenAI Realtime clients at base_url http://%s/v1", address, address)
+
+    async def watch_load(self) -> None:
+        """Feed the capacity model this process's CPU time and live sessions until cancelled."""
+        await self.ready.wait()  # loading the models is no idle cost
+        while True:
+            self.capacity.sample(time.process_time(), self.sessions.active)
+            cost, sessions = self.capacity.session_cost, self.capacity.capacity()
+            self.metrics.session_cost.set(cost or 0.0)
+            self.metrics.capacity.set(-1 if sessions is None else sessions)
+            await asyncio.sleep(LOAD_SAMPLE_S)
 
     @property
     def telephony_streams_open(self) -> bool:
@@ -160,8 +177,10 @@ def create_app(
         runtime.log_access()
         loader = None if runtime.ready.is_set() else asyncio.create_task(runtime.load())
         lag_watch = asyncio.create_task(runtime.metrics.watch_event_loop())
+        load_watch = asyncio.create_task(runtime.watch_load())
         yield
         lag_watch.cancel()
+        load_watch.cancel()
         if runtime.unwatch_stt is not None:  # engines a caller passed in may outlive this app
             runtime.unwatch_stt()
         if loader is not None:
@@ -339,12 +358,24 @@ def create_app(
             return PlainTextResponse("the models failed to load", status_code=503)
         return PlainTextResponse("ok")
 
-    async def readyz(request: Request) -> PlainTextResponse:
-        if runtime.sessions.draining:
-            return PlainTextResponse("shutting down", status_code=503)
-        if runtime.ready.is_set():
-            return PlainTextResponse("ready")
-        return PlainTextResponse("loading", status_code=503)
+    async def readyz(request: Request) -> JSONResponse:
+        """Whether a balancer should send this server a new session: loaded, not draining, and room for one."""
+        sessions = runtime.sessions
+        if sessions.draining:
+            return not_ready("shutting_down", "server is shutting down")
+        if not runtime.ready.is_set():
+            return not_ready("loading", "models are still loading")
+        verdict = runtime.capacity.verdict(sessions.active)
+        if verdict.reason is not None:
+            return not_ready(verdict.reason, verdict.detail, verdict.as_json(), RETRY_AFTER_S)
+        if sessions.maximum > 0 and sessions.active >= sessions.maximum:
+            return not_ready("full", f"{sessions.active} sessions, the --max-sessions limit", verdict.as_json())
+        return JSONResponse(verdict.as_json())
+
+    def not_ready(reason: str, detail: str, figures: dict | None = None, retry_after_s: int = 0) -> JSONResponse:
+        headers = {"Retry-After": str(retry_after_s)} if retry_after_s else None
+        body = {**(figures or {}), "ready": False, "reason": reason, "detail": detail}
+        return JSONResponse(body, status_code=503, headers=headers)
 
     async def metrics(request: Request) -> Response:
         if (

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Sequence
 from typing import TYPE_CHECKING, Any
 
 from .answer import Answer, TurnState, state_of
@@ -22,15 +22,19 @@ from .engines import Engines
 from .holds import USER_HOLDS, Hold
 from .interruptions import Interruptions
 from .listener import Listener
-from .llm.base import Message
+from .llm.base import Message, ToolCall
 from .llm.markup import chat_markup
 from .llm.scripted import ScriptedLLM
 from .llm.tokens import token_counter
 from .log import log_exception
 from .protocols.events import (
+    TURN_DETECTED,
     AudioReceived,
     Clear,
     Error,
+    FunctionCall,
+    FunctionCallOutput,
+    HistoryMessage,
     InputEvent,
     MarkPlayed,
     OutputEvent,
@@ -96,7 +100,6 @@ class Session:
         self._input_seen = False
         self.closed = False
         self._answer_number = 0
-        self.cancel_reason = ""  # why the answer under way is cancelled, for ResponseEnded
         self._unreported_end: ResponseEnded | None = None  # an answer a new turn cancelled, told after it
 
     @property
@@ -142,9 +145,13 @@ class Session:
         if late_start:
             # Once, before any input: never a second greeting, nor a rate or prompt switch mid-answer.
             self.emit(Error("start_after_input", "start must come once, before any audio or text; ignored"))
-        elif isinstance(event, (TextReceived, UserText)) and chat_markup(self.engines.llm).find(event.text):
+        elif isinstance(event, (TextReceived, UserText, HistoryMessage)) and chat_markup(self.engines.llm).find(
+            event.text
+        ):
             # The codecs refuse the <|...|> form; only the model knows the rest of its special tokens.
             self.emit(Error("invalid_text", MODEL_MARKUP, getattr(event, "event_id", "")))
+        elif isinstance(event, FunctionCallOutput) and chat_markup(self.engines.llm).find(event.output):
+            self.emit(Error("invalid_text", MODEL_MARKUP.replace("text", "the output", 1), event.event_id))
         elif isinstance(event, AudioReceived):
             self.listener.feed(event.samples)
         elif isinstance(event, SessionStarted):
@@ -193,6 +200,7 @@ class Session:
         return min(starts, default=None)
 
     def speech_begins(self, start: int) -> None:
+        self.control.user_speaks()
         if not self.merge.speech_begins():
             self.interruptions.speech_begins(start)
 
@@ -232,8 +240,8 @@ class Session:
             self.emit(self._unreported_end)
             self._unreported_end = None
 
-    def interrupt(self) -> None:
-        """Stop the agent now: every stage, the client's buffer, and the history."""
+    def interrupt(self, reason: str = TURN_DETECTED) -> None:
+        """Stop the agent now: every stage, the client's buffer, and the history. ``reason``: see :meth:`cancel_answer`."""
         reply = self.reply
         if reply is not None and reply.started_audio:
             self.emit(Clear())
@@ -242,15 +250,18 @@ class Session:
             self._remember(reply, heard, interrupted=True)
         elif reply is not None and self.agent is not None:
             self._remember(reply, "", interrupted=True)  # its tool calls happened: they stay in the history
-        self.cancel_answer()
+        self.cancel_answer(reason=reason)
 
-    def cancel_answer(self, report: bool = True) -> asyncio.Task | None:
-        """Cancel the answer under way; a client hears that it ended now, not once its stages have wound down."""
+    def cancel_answer(self, report: bool = True, reason: str = TURN_DETECTED) -> asyncio.Task | None:
+        """Cancel the answer under way; a client hears that it ended now, not once its stages have wound down.
+
+        ``reason`` is this answer's, told with its end: a new user turn (``TURN_DETECTED``: speech, typed
+        text) or the client's ``CLIENT_CANCELLED``."""
         answer, self._answer = self._answer, None
         if answer is None:
             return None
         if answer.number is not None:
-            ended = ResponseEnded(answer.number, "cancelled", self.cancel_reason)
+            ended = ResponseEnded(answer.number, "cancelled", reason)
             if report:
                 self.emit(ended)
             else:
@@ -287,6 +298,7 @@ class Session:
 
     def start_answer(self, run: Callable[[Answer], Coroutine[Any, Any, None]], turn: UserTurn | None = None) -> None:
         """Make a new answer the one under way (to ``turn``), and run its preparation and playing."""
+        self.control.answer_begins()
         answer = self._answer = Answer(None) if turn is None else Answer(turn.start, turn.id)
         answer.task = asyncio.create_task(run(answer))
 
@@ -388,15 +400,21 @@ class Session:
         if self._answer is answer:  # else it was cancelled, and said so
             self.interruptions.answer_finished(reply, self.clock())
             self.emit(Transcript("agent", reply.text, final=True))
+            calls = [] if failed else reply.tool_calls  # the client's functions to run, now that it was said
+            for call in calls:
+                self.emit(FunctionCall(number, call.id, call.name, call.arguments))
             # A failed turn stays out of the history: the words that made it fail would fail the next answers too.
-            self._remember(reply, reply.text, failed=failed)
+            self._remember(reply, reply.text, failed=failed, calls=calls)
             self._answer = None
             self.emit(ResponseEnded(number, "failed" if failed else "completed"))
+            self.control.answer_done()
             # Apologize for a failed answer to the user; never for fixed words, so no loop.
             if failed and reply.user_text:
                 self.say(APOLOGY)
 
-    def _remember(self, reply: Reply, heard: str, interrupted: bool = False, failed: bool = False) -> None:
+    def _remember(
+        self, reply: Reply, heard: str, interrupted: bool = False, failed: bool = False, calls: Sequence[ToolCall] = ()
+    ) -> None:
         tool_messages: list[Message] = []
         if self.agent is not None:
             # A failed answer was not heard whole either: its side effects stay done for a repeated request.
@@ -405,7 +423,9 @@ class Session:
                 return  # nothing was said or done
         if failed:
             return
-        self.control.remembered(reply, self.conversation.remember(reply.user_text, heard, tool_messages))
+        results = self.control.calls.hand_off(calls)
+        message = self.conversation.remember(reply.user_text, heard, tool_messages, calls, results)
+        self.control.remembered(reply, message)
 
     async def close(self) -> None:
         """Stop everything this session started."""

@@ -50,6 +50,24 @@ class GracefulServer(uvicorn.Server):
         self._loop.call_soon_threadsafe(self._start_drain, context=contextvars.Context())
         self._draining = True
 
+    async def _stop_listening(self) -> None:
+        """Close the listening sockets without stranding a connection accepted in the same instant.
+
+        asyncio accepts a connection in one step and attaches it to its server in the next; one whose server
+        closed in between is never served nor closed (Python 3.11's ``Server._attach`` asserts, and the error
+        is dropped outside debug mode): its handshake hung until the process exited, and a balancer could
+        not send it elsewhere. So: stop accepting, let what was accepted attach, then close. Connections
+        still queued in the kernel are reset, which a balancer retries on another server.
+        """
+        servers = getattr(self, "servers", [])
+        loop = asyncio.get_running_loop()
+        for server in servers:
+            for sock in server.sockets:
+                loop.remove_reader(sock.fileno())
+        await asyncio.sleep(0)
+        for server in servers:
+            server.close()  # uvicorn's own shutdown closes them again, harmlessly
+
     def _start_drain(self) -> None:
         self._drain = asyncio.create_task(self._drain_then_exit())
 
@@ -57,8 +75,7 @@ class GracefulServer(uvicorn.Server):
         log.info(
             "shutting down: %d live session(s) get %.0f s to finish their answer", self._sessions.active, self._grace_s
         )
-        for server in getattr(self, "servers", []):
-            server.close()  # stop accepting; uvicorn's shutdown closes them again, harmlessly
+        await self._stop_listening()
         try:
             await self._sessions.drain(self._grace_s)
         finally:

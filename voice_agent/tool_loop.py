@@ -30,6 +30,10 @@ made). Once no call is left, the next round is asked without tools. The
 ledger runs at most ``concurrency`` calls at once (the session's share of the
 tool threads, :func:`~voice_agent.tools.run_tool`). Every result is
 ``screen``ed (the model's markup taken out) before it enters the conversation.
+
+A Realtime client's own functions (:mod:`.client_tools`) are offered beside
+the server's but never run here: a round that calls one runs the server's
+calls of that round, then yields the client's calls and ends the answer.
 """
 
 from __future__ import annotations
@@ -43,6 +47,7 @@ from collections.abc import AsyncGenerator, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from .client_tools import ToolOffer
 from .llm.base import LLMBackend, Message, ToolCall
 from .tools import Tool, ToolOutcome, run_tool
 
@@ -186,10 +191,13 @@ class ToolLoop:
         filler_repeat_s: float = 2.5,
         fillers: Sequence[str] = (),
         committed: asyncio.Event | None = None,
+        client_tools: ToolOffer | None = None,
     ):
         self._llm = llm
         self._tools = {t.name: t for t in tools}
-        self._schemas = [t.schema() for t in tools]
+        # The client's functions are offered beside the server's; their calls end the answer, handed to the client.
+        self._client_names = client_tools.names if client_tools is not None else set()
+        self._schemas = [t.schema() for t in tools] + list(client_tools.schemas if client_tools is not None else ())
         self._ledger = ledger
         self._max_rounds = max_rounds
         self._max_calls = max_calls
@@ -201,7 +209,7 @@ class ToolLoop:
         # The assistant tool-call messages and their tool results of this answer, in order.
         self.messages: list[Message] = []
 
-    async def stream_chat(self, messages: list[Message], tools: Any = None) -> AsyncGenerator[str, None]:
+    async def stream_chat(self, messages: list[Message], tools: Any = None) -> AsyncGenerator[str | ToolCall, None]:
         await self._ledger.settled()
         conversation = list(messages)
         fillers = iter(self._fillers)
@@ -218,7 +226,11 @@ class ToolLoop:
                     elif item:
                         text.append(item)
                         yield item
+            for_client = [c for c in calls if c.name in self._client_names]
+            calls = [c for c in calls if c.name not in self._client_names]
             if not calls:
+                for call in for_client:
+                    yield call
                 return
             if self._committed is not None and any(self._is_side_effect(c) for c in calls):
                 await self._committed.wait()
@@ -236,6 +248,10 @@ class ToolLoop:
             conversation += [assistant, *results]
             async for filler in self._wait(running, fillers):
                 yield filler
+            if for_client:  # after the server's calls of the same round, whose results are in the history first
+                for call in for_client:
+                    yield call
+                return
 
     def _admit(self) -> str | None:
         """Count one more call of this answer; why it may not run, if it may not."""

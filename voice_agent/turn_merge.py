@@ -20,7 +20,7 @@ from typing import Protocol
 from .answer import Answer, TurnState
 from .config import Settings
 from .holds import Hold
-from .protocols.events import Clear, Metrics, OutputEvent, TurnIgnored
+from .protocols.events import TURN_DETECTED, Clear, Metrics, OutputEvent, TurnIgnored
 from .reply import Reply
 from .user_turn import UserTurn
 
@@ -44,7 +44,6 @@ class GraceFloor(Protocol):
     settings: Settings
     clock: Callable[[], float]
     emit: Callable[[OutputEvent], None]
-    cancel_reason: str
 
     @property
     def interruptions(self) -> EchoWatch: ...
@@ -58,7 +57,7 @@ class GraceFloor(Protocol):
     @property
     def state(self) -> TurnState: ...
 
-    def cancel_answer(self, report: bool = True) -> asyncio.Task | None: ...
+    def cancel_answer(self, report: bool = True, reason: str = TURN_DETECTED) -> asyncio.Task | None: ...
 
 
 class TurnMerge:
@@ -76,7 +75,6 @@ class TurnMerge:
                 start = answer.turn_start
             if answer.turn_id is not None:
                 session.emit(TurnIgnored(answer.turn_id, merged=True))
-            session.cancel_reason = "turn_detected"
             # The client hears of the new turn first, then of the answer it cancelled (Session.announce).
             session.cancel_answer(report=False)
         elif self._in_grace() or held_at_onset(answer):

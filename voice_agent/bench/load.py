@@ -4,8 +4,11 @@ One `voice-agent serve` with the embedded defaults on a free loopback port,
 then three phases against it, each bounded in time and count:
 
 1. ramp: the benchmark conversation (scripts/bench_turns) replayed at
-   increasing concurrency, until the median client voice-to-voice passes 1 s
-   (that level is the answer) or the levels run out;
+   increasing concurrency, until the median client voice-to-voice passes the
+   latency budget (``--budget-ms``, the server's ``--latency-budget-ms``) or
+   the levels run out; the last level within it is the number of sessions
+   this machine carries (the knee). The server admits every session here, and
+   its own measured estimate (``/readyz``) is reported beside the knee;
 2. flood: one replayed session alone, then beside a client that sends nothing
    but malformed messages (and now and then a frame over the size limit or
    text that is not UTF-8, which get it closed, so it reconnects); repeated,
@@ -32,14 +35,15 @@ import statistics
 import subprocess
 import threading
 import time
+import urllib.request
 from pathlib import Path
 
 import websockets
 
+from ..config import Settings
 from . import harness
 from .harness import ms
 
-V2V_KNEE_MS = 1000.0
 FLOOD_BAR = 0.20
 RSS_BAR = 0.10
 RSS_SAMPLE_S = 5.0
@@ -70,7 +74,15 @@ NOT_UTF8 = b'{"type": "text", "text": "\xff\xfe"}'  # closed with 1007
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--levels", default="1,2,3,4,6", help="ramp concurrency levels [default %(default)s]")
-    parser.add_argument("--all-levels", action="store_true", help="go on past the level where the median passes 1 s")
+    parser.add_argument(
+        "--budget-ms",
+        type=float,
+        default=float(Settings.latency_budget_ms),
+        help="the latency budget: median client voice-to-voice per level [default %(default)s]",
+    )
+    parser.add_argument(
+        "--all-levels", action="store_true", help="go on past the level where the median passes the budget"
+    )
     parser.add_argument(
         "--flood-rounds", type=int, default=2, help="baseline + flooded replays, each [default %(default)s]"
     )
@@ -102,8 +114,10 @@ def run(args: argparse.Namespace) -> int:
     levels = [int(level) for level in args.levels.split(",")]
     out = harness.output_folder(args.out, "load")
     result = harness.started(args.command_line)
-    # Every replayed session comes from this machine's address: lift the per-address limit (4) for the ramp.
-    serve_args = ["--max-sessions-per-client", "0", *args.serve_args]
+    # Every replayed session comes from this machine's address: lift the per-address limit (4) for the ramp;
+    # and no fixed maximum (the local server admits every session whatever the load): where the budget
+    # breaks is the point.
+    serve_args = ["--max-sessions-per-client", "0", "--max-sessions", "0", *args.serve_args]
     result["server_command"] = shlex.join(["voice-agent", "serve", "--host", "127.0.0.1", *serve_args])
     with harness.local_server(serve_args, out / "server.log") as (server, url):
         result["ramp"] = ramp(levels, args, url, out, server)
@@ -122,16 +136,42 @@ def _level(level: int, args: argparse.Namespace, url: str, out: Path, server: su
 
 def ramp(levels: list[int], args: argparse.Namespace, url: str, out: Path, server: subprocess.Popen) -> dict:
     results = []
-    knee = None
+    within = 0  # the highest level within budget below the first level over it
+    over = False
     for level in levels:
         entry = _level(level, args, url, out / "ramp", server)
+        entry["server_session_cost"] = (server_estimate(url) or {}).get("session_cost")
         results.append(entry)
         p50 = _p50(entry)
-        if knee is None and (p50 is None or p50 > V2V_KNEE_MS):
-            knee = level
-            if not args.all_levels:
-                break
-    return {"levels": results, "knee_sessions": knee, "failed_runs": sum(_failed(e) for e in results)}
+        fits = p50 is not None and p50 <= args.budget_ms and _failed(entry) == 0
+        if fits and not over:
+            within = level
+        over = over or not fits
+        if over and not args.all_levels:
+            break
+    return {
+        "levels": results,
+        "budget_ms": args.budget_ms,
+        "within_budget_sessions": within,
+        "server_estimate": server_estimate(url),
+        "failed_runs": sum(_failed(e) for e in results),
+    }
+
+
+def server_estimate(url: str) -> dict | None:
+    """The server's own capacity figures after the ramp (``/readyz``), and the sessions they admit at the
+    default ``--capacity-target``."""
+    try:
+        with urllib.request.urlopen(url.replace("ws://", "http://").replace("/ws", "/readyz"), timeout=5) as r:
+            figures = json.loads(r.read())
+    except (OSError, ValueError):
+        return None
+    cost, idle, cores = figures.get("session_cost"), figures.get("idle_cost") or 0.0, figures.get("cores")
+    target = Settings.capacity_target
+    if cost and cores:
+        figures["sessions_at_default_target"] = max(0, int((target * cores - idle) / cost + 1e-9))
+        figures["default_target"] = target
+    return figures
 
 
 def flood(args: argparse.Namespace, url: str, out: Path, server: subprocess.Popen) -> dict:
@@ -302,7 +342,17 @@ def failures(result: dict) -> list[str]:
 
 
 def markdown(result: dict) -> str:
-    header = ["sessions", "turns", "v2v p50", "p95", "server v2v p50", "no answer", "failed runs", "server peak RSS"]
+    header = [
+        "sessions",
+        "turns",
+        "v2v p50",
+        "p95",
+        "server v2v p50",
+        "no answer",
+        "failed runs",
+        "server peak RSS",
+        "session cost",
+    ]
     rows = []
     for level in result["ramp"]["levels"]:
         s = level["summary"]
@@ -319,12 +369,12 @@ def markdown(result: dict) -> str:
                 s["unanswered"],
                 s["failed_runs"],
                 f"{level['server_peak_rss_mb']} MiB",
+                "" if (cost := level.get("server_session_cost")) is None else f"{cost} core-s/s",
             ]
         )
     lines = [harness.machine_line(result), f"Command: `{result['command']}`", ""]
     lines += harness.table(header, rows, "r" * len(header))
-    knee = result["ramp"]["knee_sessions"]
-    lines += ["", f"Median voice-to-voice passes 1 s at: {f'{knee} session(s)' if knee else 'none of the levels run'}."]
+    lines += ["", knee_line(result["ramp"])]
     if (f := result.get("flood")) is not None:
         sent = sum(r["flooder"]["messages_sent"] for r in f["rounds"])
         lines.append(
@@ -342,3 +392,16 @@ def markdown(result: dict) -> str:
             f"max {s['rss_max_mb']:.0f} MiB."
         )
     return "\n".join(lines)
+
+
+def knee_line(ramp: dict) -> str:
+    within, budget = ramp["within_budget_sessions"], ramp["budget_ms"]
+    line = f"Sessions this machine carries within the {budget:.0f} ms budget (median client voice-to-voice): {within}."
+    estimate = ramp.get("server_estimate") or {}
+    if (sessions := estimate.get("sessions_at_default_target")) is not None:
+        line += (
+            f" The server's own estimate: {sessions} at --capacity-target {estimate['default_target']}"
+            f" (a session measured at {estimate['session_cost']} core-s/s of {estimate['cores']:g} cores,"
+            f" {estimate['idle_cost']} idle)."
+        )
+    return line

@@ -22,7 +22,8 @@ class TokenLimited:
     async def stream_chat(
         self, messages: list[Message], tools: list[dict[str, Any]] | None = None
     ) -> AsyncGenerator[str, None]:
-        """The answer, cut at the limit; answers with tools (an agent's) are never limited, so ``tools`` is unused."""
+        """The answer, cut at the limit; answers with an agent's tools are never limited, so ``tools`` is unused
+        (an inner LLM that offers a client's functions, ``ClientToolTurn``, offers them itself)."""
         stream = self._llm.stream_chat(messages)
         async with contextlib.aclosing(stream):
             count = 0

@@ -170,8 +170,12 @@ class OpenAICompatBackend:
     ) -> AsyncGenerator[str | ToolCall, None]: ...
 
     async def stream_chat(
-        self, messages: list[Message], tools: list[dict[str, Any]] | None = None
+        self,
+        messages: list[Message],
+        tools: list[dict[str, Any]] | None = None,
+        tool_choice: str | dict[str, Any] | None = None,
     ) -> AsyncGenerator[str | ToolCall, None]:
+        """``tool_choice``: this request's (a Realtime client's), instead of the server's."""
         if not self.model:
             self.model = await self._served_model()
         # The server renders the chat template and tokenizes it with special tokens parsed, as llama.cpp does.
@@ -191,8 +195,9 @@ class OpenAICompatBackend:
             body["repetition_penalty"] = self.repeat_penalty
         if tools:
             body["tools"] = tools
-            if self.tool_choice is not None:
-                body["tool_choice"] = self.tool_choice
+            choice = self.tool_choice if tool_choice is None else tool_choice
+            if choice is not None:
+                body["tool_choice"] = choice
         attempt = 0
         while True:
             streamed = False

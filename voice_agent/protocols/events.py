@@ -83,9 +83,27 @@ class TurnDetection:
     eagerness: str = "auto"  # SEMANTIC_VAD: "low", "medium", "high" or "auto"
     create_response: bool = True  # answer each committed turn
     interrupt_response: bool = True  # speech over the agent may interrupt it
+    idle_timeout_ms: int | None = None  # SERVER_VAD: silence after an answer past which the agent speaks again
 
 
 NO_TOKEN_LIMIT = 0
+
+
+# Functions the client runs itself are declared as OpenAI chat tools, ``{"type": "function", "function":
+# {"name", "description", "parameters"}}``, and chosen with a chat ``tool_choice``: "auto", "none",
+# "required", or ``{"type": "function", "function": {"name": ...}}``.
+ToolSchemas = tuple[dict[str, Any], ...]
+ToolChoice = str | dict[str, Any]
+AUTO = "auto"
+
+
+def names_of(schemas: ToolSchemas) -> set[str]:
+    return {schema["function"]["name"] for schema in schemas}
+
+
+def chosen_name(choice: ToolChoice) -> str | None:
+    """The function a ``tool_choice`` forces, if it names one."""
+    return choice["function"]["name"] if isinstance(choice, dict) else None
 
 
 @dataclass(frozen=True)
@@ -98,6 +116,8 @@ class SessionUpdate:
     voice: str | None = None
     turn_detection: TurnDetection | None = None
     max_output_tokens: int | None = None  # NO_TOKEN_LIMIT: the server's own limit
+    tools: ToolSchemas | None = None  # the client's functions, for every answer
+    tool_choice: ToolChoice | None = None
 
 
 @dataclass(frozen=True)
@@ -120,6 +140,7 @@ class UserText:
 
     text: str
     event_id: str = ""
+    item_id: str = ""  # the codec's id for the item, told back in UserTextAdded
 
 
 @dataclass(frozen=True)
@@ -129,6 +150,45 @@ class ResponseRequest:
     event_id: str = ""
     instructions: str | None = None  # this answer's system prompt instead of the session's
     max_output_tokens: int | None = None
+    tools: ToolSchemas | None = None  # this answer's instead of the session's
+    tool_choice: ToolChoice | None = None
+
+
+@dataclass(frozen=True)
+class HistoryMessage:
+    """A system or assistant message the client adds to the history as it stands (no answer follows)."""
+
+    role: str  # "system" or "assistant"
+    text: str
+    event_id: str = ""
+    item_id: str = ""  # the codec's id for the item, told back in HistoryMessageAdded
+
+
+@dataclass(frozen=True)
+class ItemRetrieve:
+    """The client asks for an item of the conversation again; the codec knows it."""
+
+    item_id: str
+    event_id: str = ""
+
+
+@dataclass(frozen=True)
+class ItemDelete:
+    """The client takes an item out of the conversation."""
+
+    item_id: str
+    event_id: str = ""
+    response: int | None = None  # the answer the item is, if it is one
+
+
+@dataclass(frozen=True)
+class FunctionCallOutput:
+    """The result of a function call the client ran (FunctionCall), for the history."""
+
+    call_id: str
+    output: str
+    event_id: str = ""
+    item_id: str = ""  # the codec's id for the item, told back in FunctionOutputAdded
 
 
 @dataclass(frozen=True)
@@ -160,6 +220,10 @@ InputEvent = (
     | ResponseRequest
     | ResponseCancel
     | TruncateRequest
+    | FunctionCallOutput
+    | HistoryMessage
+    | ItemRetrieve
+    | ItemDelete
 )
 
 # Output events: session to client.
@@ -229,6 +293,8 @@ class SessionConfig:
     turn_detection: TurnDetection
     max_output_tokens: int  # NO_TOKEN_LIMIT: the server's own limit
     sample_rate: int
+    tools: ToolSchemas = ()
+    tool_choice: ToolChoice = AUTO
 
 
 @dataclass(frozen=True)
@@ -261,8 +327,16 @@ class InputCleared:
 
 
 @dataclass(frozen=True)
+class IdleTimeout:
+    """The user said nothing for ``idle_timeout_ms`` after an answer: a response follows, to prompt them."""
+
+    audio_ms: int  # where the session's audio is
+
+
+@dataclass(frozen=True)
 class UserTextAdded:
     text: str
+    item_id: str = ""  # UserText's
 
 
 @dataclass(frozen=True)
@@ -272,11 +346,53 @@ class ResponseStarted:
     response: int
 
 
+# Why an answer was cancelled (ResponseEnded.reason).
+TURN_DETECTED = "turn_detected"  # the user took a turn: speech, typed text
+CLIENT_CANCELLED = "client_cancelled"  # the client cancelled it (response.cancel)
+
+
 @dataclass(frozen=True)
 class ResponseEnded:
     response: int
     status: str  # "completed", "cancelled" or "failed"
-    reason: str = ""  # for "cancelled": "turn_detected" or "client_cancelled"
+    reason: str = ""  # for "cancelled": TURN_DETECTED or CLIENT_CANCELLED
+
+
+@dataclass(frozen=True)
+class HistoryMessageAdded:
+    role: str
+    text: str
+    item_id: str = ""  # HistoryMessage's
+
+
+@dataclass(frozen=True)
+class ItemDeleted:
+    item_id: str
+
+
+@dataclass(frozen=True)
+class ItemRetrieved:
+    item_id: str
+    event_id: str = ""
+
+
+@dataclass(frozen=True)
+class FunctionCall:
+    """Answer ``response`` asks the client to run a function; sent before its ResponseEnded."""
+
+    response: int
+    call_id: str
+    name: str
+    arguments: str  # JSON, as the model wrote it
+
+
+@dataclass(frozen=True)
+class FunctionOutputAdded:
+    """The output of a function call is in the history."""
+
+    call_id: str
+    output: str
+    item_id: str = ""  # FunctionCallOutput's
 
 
 @dataclass(frozen=True)
@@ -300,10 +416,16 @@ OutputEvent = (
     | TurnCommitted
     | TurnIgnored
     | InputCleared
+    | IdleTimeout
     | UserTextAdded
     | ResponseStarted
     | ResponseEnded
     | Truncated
+    | FunctionCall
+    | FunctionOutputAdded
+    | HistoryMessageAdded
+    | ItemDeleted
+    | ItemRetrieved
     | CallEnded
     | CallTransferred
 )

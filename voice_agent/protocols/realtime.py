@@ -22,37 +22,35 @@ import base64
 import binascii
 import itertools
 import json
-import math
 from collections import OrderedDict, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-
 from ..audio import (
     StreamResampler,
-    alaw_decode,
-    alaw_encode,
-    float_to_int16,
-    float_to_pcm16,
-    mulaw_decode,
-    mulaw_encode,
-    pcm16_to_float,
 )
+from ..printable import printable
+from . import realtime_fields as fields
 from .client_options import screen_prompt_options, user_text_error
 from .events import (
-    MANUAL,
-    NO_TOKEN_LIMIT,
-    SEMANTIC_VAD,
-    SERVER_VAD,
     AgentAudio,
     AudioReceived,
     Error,
+    FunctionCall,
+    FunctionCallOutput,
+    FunctionOutputAdded,
+    HistoryMessage,
+    HistoryMessageAdded,
+    IdleTimeout,
     InputClear,
     InputCleared,
     InputCommit,
     InputEvent,
+    ItemDelete,
+    ItemDeleted,
+    ItemRetrieve,
+    ItemRetrieved,
     Metrics,
     OutputEvent,
     ProtocolError,
@@ -67,10 +65,15 @@ from .events import (
     Truncated,
     TruncateRequest,
     TurnCommitted,
-    TurnDetection,
     TurnIgnored,
     UserText,
     UserTextAdded,
+)
+from .realtime_fields import (
+    MAX_OUTPUT_CHARS,
+    PCM,
+    AudioFormat,
+    Invalid,
 )
 from .realtime_json import decode_event
 from .strict_json import InvalidJSON
@@ -78,52 +81,15 @@ from .strict_json import InvalidJSON
 DEFAULT_MODEL = "voice-agent"
 METRICS_TYPE = "voice_agent.metrics"
 MAX_TEXT_CHARS = 2000
-MAX_TOKENS = 4096  # the Realtime API's own bound on max_output_tokens
-EAGERNESS = ("low", "medium", "high", "auto")
 # Items whose ids a later event may name (truncate, a merged turn): more than any client keeps unplayed.
 REMEMBERED_ITEMS = 64
-
-
-@dataclass(frozen=True)
-class AudioFormat:
-    """One wire format: its Realtime description, its rate and its codec."""
-
-    type: str
-    rate: int
-    sample_bytes: int
-    decode: Callable[[bytes], np.ndarray]  # wire bytes to float32
-    encode: Callable[[np.ndarray], bytes]  # float32 to wire bytes
-
-    def describe(self) -> dict[str, Any]:
-        return {"type": self.type, "rate": self.rate} if self.type == "audio/pcm" else {"type": self.type}
-
-
-PCM = AudioFormat("audio/pcm", 24000, 2, pcm16_to_float, float_to_pcm16)
-PCMU = AudioFormat(
-    "audio/pcmu",
-    8000,
-    1,
-    lambda data: mulaw_decode(data).astype(np.float32) / 32768.0,
-    lambda samples: mulaw_encode(float_to_int16(samples)),
-)
-PCMA = AudioFormat(
-    "audio/pcma",
-    8000,
-    1,
-    lambda data: alaw_decode(data).astype(np.float32) / 32768.0,
-    lambda samples: alaw_encode(float_to_int16(samples)),
-)
-_FORMATS = {PCM.type: PCM, PCMU.type: PCMU, PCMA.type: PCMA}
-_BETA_FORMATS = {"pcm16": PCM, "g711_ulaw": PCMU, "g711_alaw": PCMA}
-
-
-class _Invalid(Exception):
-    """A client event that cannot be used: becomes an ``error`` event."""
-
-    def __init__(self, code: str, message: str):
-        super().__init__(message)
-        self.code = code
-        self.message = message
+# The content a message of each role may hold, and where its words are.
+_CONTENT_TYPES = {
+    "user": ("input_text", "text"),
+    "system": ("input_text", "text"),
+    "assistant": ("output_text", "text", "output_audio"),
+}
+MAX_ID_CHARS = 64  # a client's item and event ids, echoed back: longer than the SDKs make
 
 
 @dataclass
@@ -135,6 +101,7 @@ class _Response:
     format: AudioFormat
     resampler: StreamResampler
     transcript: str = ""  # what the agent said so far, or the heard part once it was interrupted
+    calls: list[dict[str, Any]] = field(default_factory=list)  # its function_call items, told after its message
 
 
 @dataclass
@@ -153,10 +120,10 @@ class _Conversation:
     last_item: str | None = None
     speaking: _UserItem | None = None  # speech started, not committed yet
     committed: deque[_UserItem] = field(default_factory=deque)  # waiting for their transcripts
-    text_item_ids: deque[str] = field(default_factory=deque)  # client ids of user text not added yet
     response: _Response | None = None
     responses: OrderedDict[str, int] = field(default_factory=OrderedDict)  # item id -> response number
     user_items: OrderedDict[int, str] = field(default_factory=OrderedDict)  # turn -> item id, recent turns
+    items: OrderedDict[str, dict[str, Any]] = field(default_factory=OrderedDict)  # recent items, as they stand
 
 
 class RealtimeProtocol:
@@ -196,23 +163,24 @@ class RealtimeProtocol:
         except InvalidJSON as invalid:
             return [ProtocolError(invalid.code, invalid.message)]
         event_id = message.get("event_id")
-        event_id = event_id if isinstance(event_id, str) else ""
+        # Echoed in every error about the event: an id longer than any client makes is not echoed at all.
+        event_id = event_id if isinstance(event_id, str) and len(event_id) <= MAX_ID_CHARS else ""
         kind = message.get("type")
         handler = _HANDLERS.get(kind) if isinstance(kind, str) else None
         if handler is None:
-            return [ProtocolError("unknown_event", f"unknown event type {kind!r}; ignored", event_id)]
+            return [ProtocolError("unknown_event", f"unknown event type {printable(kind)}; ignored", event_id)]
         try:
             return handler(self, message, event_id)
-        except _Invalid as invalid:
+        except Invalid as invalid:
             return [ProtocolError(invalid.code, invalid.message, event_id)]
 
     def _on_session_update(self, message: dict[str, Any], event_id: str) -> list[InputEvent]:
-        session = _object(message, "session")
+        session = fields.object_field(message, "session")
         if session.get("type", "realtime") != "realtime":
-            raise _Invalid("invalid_value", "only realtime sessions are served here, not transcription sessions")
-        audio = _object(session, "audio", required=False)
-        audio_in = _object(audio, "input", required=False)
-        audio_out = _object(audio, "output", required=False)
+            raise Invalid("invalid_value", "only realtime sessions are served here, not transcription sessions")
+        audio = fields.object_field(session, "audio", required=False)
+        audio_in = fields.object_field(audio, "input", required=False)
+        audio_out = fields.object_field(audio, "output", required=False)
         errors: list[InputEvent] = []
 
         def field_of(where: dict[str, Any], name: str, beta: str) -> tuple[bool, Any]:
@@ -224,14 +192,14 @@ class RealtimeProtocol:
         input_format = self.input_format
         if given:
             try:
-                input_format = _audio_format(value)
-            except _Invalid as invalid:
+                input_format = fields.audio_format(value)
+            except Invalid as invalid:
                 errors.append(ProtocolError(invalid.code, f"audio.input.format: {invalid.message}", event_id))
         given, value = field_of(audio_out, "format", "output_audio_format")
         if given:
             try:
-                self.output_format = _audio_format(value)
-            except _Invalid as invalid:
+                self.output_format = fields.audio_format(value)
+            except Invalid as invalid:
                 errors.append(ProtocolError(invalid.code, f"audio.output.format: {invalid.message}", event_id))
         update: dict[str, Any] = {}
         if input_format is not self.input_format:
@@ -247,8 +215,8 @@ class RealtimeProtocol:
         given, value = field_of(audio_in, "turn_detection", "turn_detection")
         if given:
             try:
-                update["turn_detection"] = _turn_detection(value)
-            except _Invalid as invalid:
+                update["turn_detection"] = fields.turn_detection(value)
+            except Invalid as invalid:
                 errors.append(ProtocolError(invalid.code, f"turn_detection: {invalid.message}", event_id))
         if "instructions" in session:
             instructions, refused = self._instructions(session["instructions"], event_id)
@@ -258,14 +226,20 @@ class RealtimeProtocol:
         for name in ("max_output_tokens", "max_response_output_tokens"):
             if name in session:
                 try:
-                    update["max_output_tokens"] = _max_tokens(session[name])
-                except _Invalid as invalid:
+                    update["max_output_tokens"] = fields.max_tokens(session[name])
+                except Invalid as invalid:
                     errors.append(ProtocolError(invalid.code, invalid.message, event_id))
         for name in ("output_modalities", "modalities"):
-            if name in session and not _audio_modalities(session[name]):
+            if name in session and not fields.audio_modalities(session[name]):
                 errors.append(ProtocolError("unsupported", f"{name}: only audio answers are served", event_id))
-        if session.get("tools"):
-            errors.append(ProtocolError("unsupported", "tools are not supported by this server yet", event_id))
+        try:
+            if "tools" in session:
+                update["tools"] = fields.tools(session["tools"])
+            if "tool_choice" in session:
+                update["tool_choice"] = fields.tool_choice(session["tool_choice"])
+        except Invalid as invalid:
+            errors.append(ProtocolError(invalid.code, invalid.message, event_id))
+            update.pop("tools", None)
         return [*errors, SessionUpdate(event_id=event_id, **update)]
 
     def _instructions(self, value: Any, event_id: str) -> tuple[str | None, list[ProtocolError]]:
@@ -277,13 +251,13 @@ class RealtimeProtocol:
     def _on_append(self, message: dict[str, Any], event_id: str) -> list[InputEvent]:
         audio = message.get("audio")
         if not isinstance(audio, str):
-            raise _Invalid("invalid_value", "input_audio_buffer.append needs a base64 string audio")
+            raise Invalid("invalid_value", "input_audio_buffer.append needs a base64 string audio")
         try:
             data = base64.b64decode(audio, validate=True)
         except (binascii.Error, ValueError):
-            raise _Invalid("invalid_audio", "audio is not valid base64; dropped") from None
+            raise Invalid("invalid_audio", "audio is not valid base64; dropped") from None
         if len(data) % self.input_format.sample_bytes:
-            raise _Invalid(
+            raise Invalid(
                 "invalid_audio",
                 f"{len(data)} bytes are not whole samples of {self.input_format.type}; dropped",
             )
@@ -298,68 +272,115 @@ class RealtimeProtocol:
         return [InputClear(event_id)]
 
     def _on_item_create(self, message: dict[str, Any], event_id: str) -> list[InputEvent]:
-        item = _object(message, "item")
+        item = fields.object_field(message, "item")
+        previous = message.get("previous_item_id")
+        if previous is not None and previous != self._conversation.last_item:
+            raise Invalid("unsupported", "items are added at the end only: previous_item_id must be the last item's")
         kind = item.get("type", "message")
+        if kind == "function_call_output":
+            return self._on_function_output(item, event_id)
         if kind != "message":
-            raise _Invalid("unsupported", f"items of type {kind!r} are not supported; only user text messages")
-        if item.get("role") != "user":
-            raise _Invalid("unsupported", f"messages with role {item.get('role')!r} are not supported; only user")
+            raise Invalid("unsupported", f"items of type {printable(kind)} are not supported; only messages")
+        role = item.get("role")
+        if role not in _CONTENT_TYPES:
+            raise Invalid("invalid_value", f"a message's role is user, assistant or system, not {printable(role)}")
+        if role == "system" and not self.allow_client_prompt:
+            raise Invalid("option_not_allowed", "this server does not let clients add system messages; ignored")
         content = item.get("content")
         if not isinstance(content, list) or not content:
-            raise _Invalid("invalid_value", "a user message needs a content list")
+            raise Invalid("invalid_value", f"a {role} message needs a content list")
         texts = []
         for part in content:
-            if not isinstance(part, dict) or part.get("type") not in ("input_text", "text"):
-                raise _Invalid("unsupported", "only input_text content is supported in user messages")
-            if not isinstance(part.get("text"), str):
-                raise _Invalid("invalid_value", "input_text needs a string text")
-            texts.append(part["text"])
+            kind = part.get("type") if isinstance(part, dict) else None
+            if kind not in _CONTENT_TYPES[role]:
+                raise Invalid("unsupported", f"{role} messages take {' or '.join(_CONTENT_TYPES[role])} content")
+            text = part.get("transcript" if kind == "output_audio" else "text")
+            if not isinstance(text, str):
+                raise Invalid("invalid_value", f"{kind} content needs a string text")
+            texts.append(text)
         text = " ".join(" ".join(texts).split())
         if not text:
-            raise _Invalid("invalid_value", "the user message has no text")
+            raise Invalid("invalid_value", f"the {role} message has no text")
         if len(text) > MAX_TEXT_CHARS:
-            raise _Invalid("invalid_value", f"the user message is over {MAX_TEXT_CHARS} characters")
+            raise Invalid("invalid_value", f"the {role} message is over {MAX_TEXT_CHARS} characters")
         if (refused := user_text_error(text)) is not None:
-            raise _Invalid(refused.code, refused.message)
+            raise Invalid(refused.code, refused.message)
+        if role == "user":
+            return [UserText(text, event_id, self._item_id(item))]
+        return [HistoryMessage(role, text, event_id, self._item_id(item))]
+
+    def _on_item_delete(self, message: dict[str, Any], event_id: str) -> list[InputEvent]:
+        item_id = message.get("item_id")
+        if not isinstance(item_id, str) or item_id not in self._conversation.items:
+            raise Invalid("item_not_found", f"no item {printable(item_id)} in the conversation")
+        return [ItemDelete(item_id, event_id, self._conversation.responses.get(item_id))]
+
+    def _on_item_retrieve(self, message: dict[str, Any], event_id: str) -> list[InputEvent]:
+        item_id = message.get("item_id")
+        if not isinstance(item_id, str) or item_id not in self._conversation.items:
+            raise Invalid("item_not_found", f"no item {printable(item_id)} in the conversation")
+        return [ItemRetrieve(item_id, event_id)]
+
+    def _on_function_output(self, item: dict[str, Any], event_id: str) -> list[InputEvent]:
+        call_id, output = item.get("call_id"), item.get("output")
+        if not isinstance(call_id, str) or not call_id or len(call_id) > MAX_ID_CHARS:
+            raise Invalid(
+                "invalid_value",
+                f"function_call_output needs the call_id of the call, a string up to {MAX_ID_CHARS} characters",
+            )
+        if not isinstance(output, str):
+            raise Invalid("invalid_value", "function_call_output needs a string output")
+        if len(output) > MAX_OUTPUT_CHARS:
+            raise Invalid("invalid_value", f"the output is over {MAX_OUTPUT_CHARS} characters")
+        if (refused := user_text_error(output)) is not None:
+            raise Invalid(refused.code, refused.message.replace("text", "the output", 1))
+        return [FunctionCallOutput(call_id, output, event_id, self._item_id(item))]
+
+    def _item_id(self, item: dict[str, Any]) -> str:
+        """The client's id for a new item, or one of ours; a client's id is bounded like any echoed value."""
         item_id = item.get("id")
-        self._conversation.text_item_ids.append(item_id if isinstance(item_id, str) and item_id else self._id("item"))
-        return [UserText(text, event_id)]
+        if item_id is None or item_id == "":
+            return self._id("item")
+        if not isinstance(item_id, str) or len(item_id) > MAX_ID_CHARS:
+            raise Invalid("invalid_value", f"item.id must be a string of at most {MAX_ID_CHARS} characters")
+        return item_id
 
     def _on_item_truncate(self, message: dict[str, Any], event_id: str) -> list[InputEvent]:
         item_id = message.get("item_id")
         audio_end_ms = message.get("audio_end_ms")
         if not isinstance(item_id, str) or item_id not in self._conversation.responses:
-            raise _Invalid("item_not_found", f"no assistant item {item_id!r} to truncate")
+            raise Invalid("item_not_found", f"no assistant item {printable(item_id)} to truncate")
         if isinstance(audio_end_ms, bool) or not isinstance(audio_end_ms, int) or audio_end_ms < 0:
-            raise _Invalid("invalid_value", "audio_end_ms must be a whole number of milliseconds, 0 or more")
+            raise Invalid("invalid_value", "audio_end_ms must be a whole number of milliseconds, 0 or more")
         return [TruncateRequest(self._conversation.responses[item_id], audio_end_ms, event_id)]
 
     def _on_response_create(self, message: dict[str, Any], event_id: str) -> list[InputEvent]:
-        response = _object(message, "response", required=False)
+        response = fields.object_field(message, "response", required=False)
         instructions = None
         if response.get("instructions") is not None:
             instructions, refused = self._instructions(response["instructions"], event_id)
             if refused:
-                raise _Invalid(refused[0].code, f"response.{refused[0].message}")
+                raise Invalid(refused[0].code, f"response.{refused[0].message}")
         max_tokens = None
         for name in ("max_output_tokens", "max_response_output_tokens"):
             if name in response:
-                max_tokens = _max_tokens(response[name])
+                max_tokens = fields.max_tokens(response[name])
         for name in ("output_modalities", "modalities"):
-            if name in response and not _audio_modalities(response[name]):
-                raise _Invalid("unsupported", f"{name}: only audio answers are served")
-        for name in ("input", "tools"):
-            if response.get(name):
-                raise _Invalid("unsupported", f"response.{name} is not supported by this server")
+            if name in response and not fields.audio_modalities(response[name]):
+                raise Invalid("unsupported", f"{name}: only audio answers are served")
+        if response.get("input"):
+            raise Invalid("unsupported", "response.input is not supported by this server")
         if response.get("conversation", "auto") != "auto":
-            raise _Invalid("unsupported", "only responses in the default conversation are supported")
-        return [ResponseRequest(event_id, instructions, max_tokens)]
+            raise Invalid("unsupported", "only responses in the default conversation are supported")
+        tools = fields.tools(response["tools"]) if "tools" in response else None
+        choice = fields.tool_choice(response["tool_choice"]) if "tool_choice" in response else None
+        return [ResponseRequest(event_id, instructions, max_tokens, tools, choice)]
 
     def _on_response_cancel(self, message: dict[str, Any], event_id: str) -> list[InputEvent]:
         return [ResponseCancel(event_id)]
 
     def _unsupported(self, message: dict[str, Any], event_id: str) -> list[InputEvent]:
-        raise _Invalid("unsupported", f"{message['type']} is not supported by this server")
+        raise Invalid("unsupported", f"{message['type']} is not supported by this server")
 
     # Server to client.
 
@@ -410,6 +431,8 @@ class RealtimeProtocol:
         return [self._transcription_completed(c.committed.popleft(), event.text)]
 
     def _transcription_completed(self, item: _UserItem, transcript: str) -> str:
+        if (kept := self._conversation.items.get(item.id)) is not None:
+            kept["content"][0]["transcript"] = transcript
         seconds = max(0, item.audio_end_ms - item.audio_start_ms) / 1000.0
         return self._event(
             "conversation.item.input_audio_transcription.completed",
@@ -446,21 +469,8 @@ class RealtimeProtocol:
         c.user_items[item.turn] = item.id
         while len(c.user_items) > REMEMBERED_ITEMS:
             c.user_items.popitem(last=False)
-        previous, c.last_item = c.last_item, item.id
-        user_item = {
-            "id": item.id,
-            "object": "realtime.item",
-            "type": "message",
-            "role": "user",
-            "status": "completed",
-            "content": [{"type": "input_audio", "transcript": None}],
-        }
-        messages += [
-            self._event("input_audio_buffer.committed", item_id=item.id, previous_item_id=previous),
-            self._event("conversation.item.added", item=user_item, previous_item_id=previous),
-            self._event("conversation.item.done", item=user_item, previous_item_id=previous),
-        ]
-        return messages
+        messages.append(self._event("input_audio_buffer.committed", item_id=item.id, previous_item_id=c.last_item))
+        return messages + self._added(_message(item.id, "user", {"type": "input_audio", "transcript": None}))
 
     def _render_ignored(self, event: TurnIgnored) -> list[str]:
         c = self._conversation
@@ -469,6 +479,7 @@ class RealtimeProtocol:
             c.committed.remove(item)
         if event.merged:  # its audio and words are the next turn's now, even if its transcript was sent
             item_id = c.user_items.pop(event.turn, None)
+            c.items.pop(item_id or "", None)
             return [] if item_id is None else [self._event("conversation.item.deleted", item_id=item_id)]
         return [] if item is None else [self._transcription_completed(item, "")]
 
@@ -476,22 +487,58 @@ class RealtimeProtocol:
         self._conversation.speaking = None
         return [self._event("input_audio_buffer.cleared")]
 
+    def _render_idle_timeout(self, event: IdleTimeout) -> list[str]:
+        # The reference commits the silent buffer as an empty user item here; we add none, and the item
+        # id names the moment only.
+        return [
+            self._event(
+                "input_audio_buffer.timeout_triggered",
+                audio_start_ms=event.audio_ms,
+                audio_end_ms=event.audio_ms,
+                item_id=self._id("item"),
+            )
+        ]
+
     def _render_text_added(self, event: UserTextAdded) -> list[str]:
+        item_id = event.item_id or self._id("item")
+        return self._added(_message(item_id, "user", {"type": "input_text", "text": event.text}))
+
+    def _render_history_message(self, event: HistoryMessageAdded) -> list[str]:
+        part_type = "output_text" if event.role == "assistant" else "input_text"
+        item_id = event.item_id or self._id("item")
+        return self._added(_message(item_id, event.role, {"type": part_type, "text": event.text}))
+
+    def _render_deleted(self, event: ItemDeleted) -> list[str]:
         c = self._conversation
-        item_id = c.text_item_ids.popleft() if c.text_item_ids else self._id("item")
-        previous, c.last_item = c.last_item, item_id
-        item = {
-            "id": item_id,
-            "object": "realtime.item",
-            "type": "message",
-            "role": "user",
-            "status": "completed",
-            "content": [{"type": "input_text", "text": event.text}],
-        }
+        c.items.pop(event.item_id, None)
+        c.responses.pop(event.item_id, None)
+        if c.last_item == event.item_id:
+            c.last_item = next(reversed(c.items), None)
+        return [self._event("conversation.item.deleted", item_id=event.item_id)]
+
+    def _render_retrieved(self, event: ItemRetrieved) -> list[str]:
+        item = self._conversation.items.get(event.item_id)
+        if item is None:
+            return self._render_error(Error("item_not_found", "that item is no longer known", event.event_id))
+        return [self._event("conversation.item.retrieved", item=item)]
+
+    def _added(self, item: dict[str, Any]) -> list[str]:
+        """A new item at the end of the conversation: added and done at once."""
+        c = self._conversation
+        previous, c.last_item = c.last_item, item["id"]
+        self._keep(item)
         return [
             self._event("conversation.item.added", item=item, previous_item_id=previous),
             self._event("conversation.item.done", item=item, previous_item_id=previous),
         ]
+
+    def _keep(self, item: dict[str, Any]) -> None:
+        """``item`` as conversation.item.retrieve tells it, for a while."""
+        items = self._conversation.items
+        items[item["id"]] = item
+        items.move_to_end(item["id"])
+        while len(items) > REMEMBERED_ITEMS:
+            items.popitem(last=False)
 
     def _render_response_started(self, event: ResponseStarted) -> list[str]:
         c = self._conversation
@@ -508,6 +555,7 @@ class RealtimeProtocol:
             c.responses.popitem(last=False)
         previous, c.last_item = c.last_item, response.item_id
         item = self._assistant_item(response, "in_progress", content=[])
+        self._keep(item)
         return [
             self._event("response.created", response=self._response_object(response, "in_progress", [])),
             self._event("response.output_item.added", response_id=response.id, output_index=0, item=item),
@@ -530,6 +578,7 @@ class RealtimeProtocol:
             content=[{"type": "output_audio", "transcript": response.transcript}],
         )
         part = {"type": "audio", "transcript": response.transcript}
+        self._keep(item)
         return [
             self._event("response.output_audio.done", **self._part(response)),
             self._event(
@@ -538,13 +587,75 @@ class RealtimeProtocol:
             self._event("response.content_part.done", **self._part(response), part=part),
             self._event("response.output_item.done", response_id=response.id, output_index=0, item=item),
             self._event("conversation.item.done", item=item),
-            self._event("response.done", response=self._response_object(response, status, [item], reason=event.reason)),
+            *self._function_call_items(response),
+            self._event(
+                "response.done",
+                response=self._response_object(response, status, [item, *response.calls], reason=event.reason),
+            ),
         ]
+
+    def _render_function_call(self, event: FunctionCall) -> list[str]:
+        """Kept for the response's end: its function_call items follow its message, done first."""
+        response = self._conversation.response
+        if response is not None and response.number == event.response:
+            response.calls.append(
+                {
+                    "id": self._id("item"),
+                    "object": "realtime.item",
+                    "type": "function_call",
+                    "status": "completed",
+                    "name": event.name,
+                    "call_id": event.call_id,
+                    "arguments": event.arguments,
+                }
+            )
+        return []
+
+    def _function_call_items(self, response: _Response) -> list[str]:
+        messages = []
+        for output_index, item in enumerate(response.calls, start=1):
+            where = {"response_id": response.id, "item_id": item["id"], "output_index": output_index}
+            in_progress = {**item, "status": "in_progress", "arguments": ""}
+            c = self._conversation
+            previous, c.last_item = c.last_item, item["id"]
+            self._keep(item)
+            call = {"call_id": item["call_id"]}
+            messages += [
+                self._event(
+                    "response.output_item.added", response_id=response.id, output_index=output_index, item=in_progress
+                ),
+                self._event("conversation.item.added", item=in_progress, previous_item_id=previous),
+                # The arguments come whole: the LLM stream's tool calls are assembled before they are handed on.
+                self._event("response.function_call_arguments.delta", **where, **call, delta=item["arguments"]),
+                self._event(
+                    "response.function_call_arguments.done",
+                    **where,
+                    **call,
+                    name=item["name"],
+                    arguments=item["arguments"],
+                ),
+                self._event("response.output_item.done", response_id=response.id, output_index=output_index, item=item),
+                self._event("conversation.item.done", item=item),
+            ]
+        return messages
+
+    def _render_function_output(self, event: FunctionOutputAdded) -> list[str]:
+        item = {
+            "id": event.item_id or self._id("item"),
+            "object": "realtime.item",
+            "type": "function_call_output",
+            "status": "completed",
+            "call_id": event.call_id,
+            "output": event.output,
+        }
+        return self._added(item)
 
     def _render_truncated(self, event: Truncated) -> list[str]:
         item_id = next((i for i, n in self._conversation.responses.items() if n == event.response), None)
         if item_id is None:
             return []
+        if (kept := self._conversation.items.get(item_id)) is not None and kept["content"]:
+            kept["content"][0]["transcript"] = event.text
         return [
             self._event(
                 "conversation.item.truncated", item_id=item_id, content_index=0, audio_end_ms=event.audio_end_ms
@@ -581,8 +692,8 @@ class RealtimeProtocol:
             "model": self.model,
             "output_modalities": ["audio"],
             "instructions": config.instructions,
-            "tools": [],
-            "tool_choice": "auto",
+            "tools": [fields.realtime_tool(schema) for schema in config.tools],
+            "tool_choice": fields.realtime_tool_choice(config.tool_choice),
             "max_output_tokens": config.max_output_tokens or "inf",
             "tracing": None,
             "truncation": "auto",
@@ -592,7 +703,7 @@ class RealtimeProtocol:
                     "format": self.input_format.describe(),
                     "transcription": {"model": "whisper"},
                     "noise_reduction": None,
-                    "turn_detection": _describe_turn_detection(config.turn_detection),
+                    "turn_detection": fields.describe_turn_detection(config.turn_detection),
                 },
                 "output": {"format": self.output_format.describe(), "voice": config.voice, "speed": 1.0},
             },
@@ -637,103 +748,14 @@ class RealtimeProtocol:
         return f"{prefix}_{next(self._ids):06d}"
 
 
-def _object(message: dict[str, Any], name: str, required: bool = True) -> dict[str, Any]:
-    value = message.get(name)
-    if value is None and not required:
-        return {}
-    if not isinstance(value, dict):
-        raise _Invalid("invalid_value", f"{name} must be an object")
-    return value
-
-
-def _audio_format(value: Any) -> AudioFormat:
-    if isinstance(value, str) and value in _BETA_FORMATS:
-        return _BETA_FORMATS[value]
-    if isinstance(value, dict) and isinstance(value.get("type"), str) and value["type"] in _FORMATS:
-        audio_format = _FORMATS[value["type"]]
-        rate = value.get("rate", audio_format.rate)
-        if rate == audio_format.rate and not isinstance(rate, bool):
-            return audio_format
-        raise _Invalid("unsupported_audio_format", f"{audio_format.type} is served at {audio_format.rate} Hz only")
-    raise _Invalid(
-        "unsupported_audio_format",
-        f"expected {{'type': 'audio/pcm', 'rate': 24000}}, audio/pcmu or audio/pcma; got {value!r}",
-    )
-
-
-def _turn_detection(value: Any) -> TurnDetection:
-    if value is None:
-        return TurnDetection(MANUAL, create_response=False, interrupt_response=False)
-    if not isinstance(value, dict):
-        raise _Invalid("invalid_value", "must be an object or null")
-    mode = value.get("type", SERVER_VAD)
-    if mode not in (SERVER_VAD, SEMANTIC_VAD):
-        raise _Invalid("invalid_value", f"type must be server_vad or semantic_vad; got {mode!r}")
-    flags = {}
-    for name in ("create_response", "interrupt_response"):
-        if value.get(name) is not None:
-            if not isinstance(value[name], bool):
-                raise _Invalid("invalid_value", f"{name} must be true or false")
-            flags[name] = value[name]
-    if mode == SEMANTIC_VAD:
-        eagerness = value.get("eagerness") or "auto"
-        if eagerness not in EAGERNESS:
-            raise _Invalid("invalid_value", f"eagerness must be one of {', '.join(EAGERNESS)}")
-        return TurnDetection(SEMANTIC_VAD, eagerness=eagerness, **flags)
-    silence = _whole(value, "silence_duration_ms", 0, 10_000)
-    padding = _whole(value, "prefix_padding_ms", 0, 2_000)
-    threshold = value.get("threshold")
-    if threshold is not None and (
-        isinstance(threshold, bool)
-        or not isinstance(threshold, int | float)
-        or not math.isfinite(threshold)
-        or not 0 < threshold < 1
-    ):
-        raise _Invalid("invalid_value", "threshold must be a number between 0 and 1")
-    return TurnDetection(
-        SERVER_VAD,
-        silence_ms=silence,
-        prefix_padding_ms=padding,
-        threshold=None if threshold is None else float(threshold),
-        **flags,
-    )
-
-
-def _whole(value: dict[str, Any], name: str, low: int, high: int) -> int | None:
-    number = value.get(name)
-    if number is None:
-        return None
-    if isinstance(number, bool) or not isinstance(number, int) or not low <= number <= high:
-        raise _Invalid("invalid_value", f"{name} must be a whole number from {low} to {high}")
-    return number
-
-
-def _max_tokens(value: Any) -> int:
-    if value == "inf":
-        return NO_TOKEN_LIMIT
-    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_TOKENS:
-        raise _Invalid("invalid_value", f"max_output_tokens must be 1 to {MAX_TOKENS} or 'inf'")
-    return value
-
-
-def _audio_modalities(value: Any) -> bool:
-    """Whether a modalities list asks for spoken answers (the beta's ["text", "audio"] does too)."""
-    return isinstance(value, list) and "audio" in value
-
-
-def _describe_turn_detection(detection: TurnDetection) -> dict[str, Any] | None:
-    flags = {"create_response": detection.create_response, "interrupt_response": detection.interrupt_response}
-    if detection.mode == MANUAL:
-        return None
-    if detection.mode == SEMANTIC_VAD:
-        return {"type": SEMANTIC_VAD, "eagerness": detection.eagerness, **flags}
+def _message(item_id: str, role: str, part: dict[str, Any]) -> dict[str, Any]:
     return {
-        "type": SERVER_VAD,
-        "threshold": detection.threshold,
-        "prefix_padding_ms": detection.prefix_padding_ms,
-        "silence_duration_ms": detection.silence_ms,
-        "idle_timeout_ms": None,
-        **flags,
+        "id": item_id,
+        "object": "realtime.item",
+        "type": "message",
+        "role": role,
+        "status": "completed",
+        "content": [part],
     }
 
 
@@ -744,8 +766,8 @@ _HANDLERS: dict[str, Callable[[RealtimeProtocol, dict[str, Any], str], list[Inpu
     "input_audio_buffer.clear": RealtimeProtocol._on_clear,
     "conversation.item.create": RealtimeProtocol._on_item_create,
     "conversation.item.truncate": RealtimeProtocol._on_item_truncate,
-    "conversation.item.delete": RealtimeProtocol._unsupported,
-    "conversation.item.retrieve": RealtimeProtocol._unsupported,
+    "conversation.item.delete": RealtimeProtocol._on_item_delete,
+    "conversation.item.retrieve": RealtimeProtocol._on_item_retrieve,
     "output_audio_buffer.clear": RealtimeProtocol._unsupported,
     "response.create": RealtimeProtocol._on_response_create,
     "response.cancel": RealtimeProtocol._on_response_cancel,
@@ -758,10 +780,16 @@ _RENDERERS: dict[type, Callable[[RealtimeProtocol, Any], list[str]]] = {
     TurnCommitted: RealtimeProtocol._render_committed,
     TurnIgnored: RealtimeProtocol._render_ignored,
     InputCleared: RealtimeProtocol._render_cleared,
+    IdleTimeout: RealtimeProtocol._render_idle_timeout,
     UserTextAdded: RealtimeProtocol._render_text_added,
     ResponseStarted: RealtimeProtocol._render_response_started,
     ResponseEnded: RealtimeProtocol._render_response_ended,
     Truncated: RealtimeProtocol._render_truncated,
+    FunctionCall: RealtimeProtocol._render_function_call,
+    FunctionOutputAdded: RealtimeProtocol._render_function_output,
+    HistoryMessageAdded: RealtimeProtocol._render_history_message,
+    ItemRetrieved: RealtimeProtocol._render_retrieved,
+    ItemDeleted: RealtimeProtocol._render_deleted,
     SessionConfig: RealtimeProtocol._render_config,
     Metrics: RealtimeProtocol._render_metrics,
     Error: RealtimeProtocol._render_error,

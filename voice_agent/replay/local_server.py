@@ -15,6 +15,10 @@ import urllib.request
 from pathlib import Path
 from typing import IO
 
+# Benchmarks and tests measure the server under the load they make: it admits every session they open
+# (no admission by measured load, docs/operations.md) unless their own arguments, which come after it, say so.
+ADMIT_EVERY_SESSION = ("--capacity-target", "0", "--latency-budget-ms", "0")
+
 
 class ServerNotReady(RuntimeError):
     pass
@@ -75,6 +79,7 @@ class LocalServer:
             "127.0.0.1",
             "--port",
             str(self.port),
+            *ADMIT_EVERY_SESSION,
             *serve_args,
         ]
         self.process = subprocess.Popen(

@@ -344,12 +344,15 @@ function formatMs(ms) {
 }
 
 // Before Start: tell whether the server is there at all.
+// Its 503 says why in JSON: loading its models, or busy (full, overloaded, shutting down).
 fetch("readyz", { cache: "no-store" })
-  .then((response) => {
+  .then(async (response) => {
     if (running) return;
     if (response.ok) setStatus("ready", "Server ready");
-    else if (response.status === 503) setStatus("connecting", "Server loading models");
-    else setStatus("error", "No voice-agent server here");
+    else if (response.status === 503) {
+      const reason = await response.json().then((body) => body.reason, () => "loading");
+      setStatus("connecting", reason === "loading" ? "Server loading models" : "Server busy: try again shortly");
+    } else setStatus("error", "No voice-agent server here");
   })
   .catch(() => {
     if (!running) setStatus("error", "Server unreachable");

@@ -16,10 +16,13 @@ from voice_agent.interfaces import Reading
 from voice_agent.listener import PREROLL_SAMPLES
 from voice_agent.protocols.events import (
     AgentAudio,
+    AgentState,
     AudioReceived,
     Clear,
     Error,
     Metrics,
+    ResponseEnded,
+    ResponseStarted,
     SessionStarted,
     TextReceived,
     Transcript,
@@ -252,6 +255,25 @@ async def test_barge_in_stops_every_stage_and_keeps_only_what_was_heard():
     assert h.finals("agent")[-1] == heard
     await asyncio.sleep(0.3)
     assert [e for e in h.events[clear_at:] if isinstance(e, AgentAudio)] == []
+    await h.session.close()
+
+
+async def test_the_client_is_told_what_the_agent_does_each_time_it_changes():
+    h = Harness(answer=" ".join(f"w{i}." for i in range(60)), barge_in_min_speech_ms=200)
+    h.llm.delay = 0.05
+    await h.feed(tone(0.5), realtime=False)
+    await h.feed(quiet(0.3))
+    await h.until(lambda: h.of(AgentAudio))
+    assert [e.state for e in h.of(AgentState)] == ["thinking", "speaking"]
+    started, committed = h.of(ResponseStarted)[0], h.of(TurnCommitted)[0]
+    thinking, speaking = h.of(AgentState)
+    assert h.events.index(committed) < h.events.index(thinking) < h.events.index(started) < h.events.index(speaking)
+    await h.feed(quiet(0.5))
+    await h.feed(tone(0.4))  # a barge-in
+    await h.until(lambda: h.of(Clear) and len(h.of(AgentState)) > 2)
+    assert [e.state for e in h.of(AgentState)][:3] == ["thinking", "speaking", "listening"]
+    [cancelled] = h.of(ResponseEnded)
+    assert cancelled.status == "cancelled" and h.events.index(cancelled) < h.events.index(h.of(AgentState)[2])
     await h.session.close()
 
 

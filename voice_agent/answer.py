@@ -26,7 +26,6 @@ class Answer:
     number: int | None = None  # its response number, once it plays (ResponseStarted)
     task: asyncio.Task | None = None
     reply: Reply | None = None  # set once it is the reply the user hears
-    grace_taken = False  # the user went on within the grace: the next speech window's turn may withdraw it
 
     @property
     def heard_nothing(self) -> bool:

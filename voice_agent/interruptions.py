@@ -121,6 +121,8 @@ class Withdrawal(Protocol):
 
     def began_in_grace(self, turn: UserTurn) -> bool: ...
 
+    def take_grace(self, answer: Answer) -> bool: ...
+
     def withdraw(self, turn: UserTurn, answered_start: int) -> None: ...
 
 
@@ -405,8 +407,7 @@ class Interruptions:
             reply.holds.hand_over(Hold.ONSET, Hold.TURN)  # the turn's own pause and check take it from here
         if answer is None or reply is None or not session.control.turn_detection.interrupt_response:
             return
-        if answer.grace_taken:
-            answer.grace_taken = False
+        if session.merge.take_grace(answer):
             turn.may_withdraw = True
         if reply.paused:  # at its onset, or for this turn's speech before
             self._end_pause_if_speech_stops(reply, turn)

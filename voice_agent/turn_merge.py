@@ -64,6 +64,7 @@ class TurnMerge:
     def __init__(self, session: GraceFloor):
         self._session = session
         self.overlap_ms_total = 0.0  # agent voice heard by a user who was not done, over the session
+        self._grace_taken: Answer | None = None  # the user went on within its grace: their turn may withdraw it
 
     def begin_turn(self, start: int) -> tuple[int, bool]:
         """Speech from sample ``start``: where its turn really starts, and whether it is over the agent."""
@@ -83,7 +84,7 @@ class TurnMerge:
             assert answer is not None and answer.reply is not None
             answer.reply.pause(Hold.TURN, "the user went on within the grace")
             answer.reply.holds.hand_over(Hold.GRACE_ONSET, Hold.TURN)  # this turn took the onset's pause over
-            answer.grace_taken = True
+            self._grace_taken = answer
         return start, session.state is TurnState.SPEAKING
 
     def speech_begins(self) -> bool:
@@ -107,6 +108,12 @@ class TurnMerge:
         if held_at_onset(answer):
             assert answer is not None and answer.reply is not None
             answer.reply.resume(Hold.GRACE_ONSET, "the speech in the grace made no turn")
+
+    def take_grace(self, answer: Answer) -> bool:
+        """Whether the user went on within ``answer``'s grace: true once, for the turn that did, which may
+        withdraw it."""
+        taken, self._grace_taken = self._grace_taken is answer, None
+        return taken
 
     def _in_grace(self) -> bool:
         """Whether speech now means the user was not done: within the grace of the answer's first audio, in a

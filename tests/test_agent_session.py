@@ -72,6 +72,20 @@ async def test_hooks_see_the_session_and_the_start_hook_sets_instructions_and_gr
     assert seen == [("turn", "Hi", True), ("answer", "Sure.", False), ("end", ["Hello Ann.", "Hi", "Sure."])]
 
 
+async def test_a_user_who_types_while_the_start_hook_runs_is_answered_not_greeted_over():
+    async def start(context: CallContext) -> None:
+        await asyncio.sleep(0.3)
+        context.greeting = "Welcome to Luigi's."
+
+    h = AgentHarness(Agent(on_session_start=start), ScriptedLLM(["Sure."]))
+    h.session.handle(SessionStarted(RATE, {}))
+    h.session.handle(TextReceived("Hi"))
+    await h.until(lambda: h.finals("agent") == ["Sure."])
+    await asyncio.sleep(0.5)  # the hook has finished: its greeting would have cut into the answer
+    assert h.finals("agent") == ["Sure."]
+    await h.session.close()
+
+
 async def test_a_tool_call_in_a_spoken_turn_enters_the_history_and_the_report():
     @tool
     def hours() -> str:

@@ -173,9 +173,12 @@ class ClientControl:
 
     def _agent_started(self, context: CallContext) -> None:
         """The agent's start hook has decided this session's instructions and greeting."""
-        self._session.conversation.system_prompt = context.instructions
-        if context.greeting.strip():
-            self._session.say(context.greeting.strip())
+        session = self._session
+        session.conversation.system_prompt = context.instructions
+        # The hook runs off the event loop: a user who spoke or typed meanwhile is not cut off by the greeting.
+        spoken_to = session.answering or session.history or session.listener.turn is not None
+        if context.greeting.strip() and not spoken_to:
+            session.say(context.greeting.strip())
 
     def handle(self, event: InputEvent) -> None:
         """One of ``CLIENT_CONTROL_EVENTS``."""

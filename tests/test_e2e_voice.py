@@ -87,6 +87,13 @@ async def test_barge_in_clears_and_stops_the_agent(ws_url):
     assert last_agent_audio - interruption_started < 1.5
     interrupted = [m for m in client.json("transcript") if m["role"] == "agent" and m["final"]]
     assert interrupted, "the interrupted answer's heard part is reported"
+    # The client was told what the agent did: it thought, spoke, and listened again from the clear on.
+    await client.wait_for(lambda m: m.get("type") == "agent_state" and m["state"] == "listening", 8)
+    assert [m["state"] for m in client.json("agent_state")][:3] == ["thinking", "speaking", "listening"]
+    listening_index = next(
+        i for i, r in enumerate(client.received) if r.message == {"type": "agent_state", "state": "listening"}
+    )
+    assert listening_index > clear_index
     await client.close()
 
 

@@ -10,6 +10,7 @@ import pytest
 
 from tests.test_session import Harness, answer_playing, quiet, tone
 from voice_agent.barge_in import BargeIn
+from voice_agent.holds import Hold
 from voice_agent.protocols.events import AgentAudio, ResponseEnded, TurnIgnored
 from voice_agent.user_turn import UserTurn
 from voice_agent.vad import WINDOW
@@ -104,7 +105,7 @@ async def test_words_the_agent_is_held_for_over_the_echo_wait_for_the_turns_end(
     speech = np.ones(16, bool)
     monkeypatch.setattr(interruptions, "_speech_without_echo", lambda *echo: (silence + 0.1, speech))
     h.stt.text = reading
-    reply.pause("test")
+    reply.pause(Hold.TURN, "test")
     await interruptions._check(turn, silence, echo)
     assert reply.paused and interruptions.holds_word(turn)
     await interruptions._check(turn, silence, echo)  # the same speech, none since
@@ -130,7 +131,7 @@ async def test_a_turn_the_check_found_only_echo_in_pauses_the_agent_only_for_spe
     h.session.listener.turn = turn
     checked = np.zeros(16 * WINDOW, np.float32)
     monkeypatch.setattr(interruptions, "_speech_without_echo", lambda *echo: (None, np.zeros(16, bool)))
-    reply.pause("test")
+    reply.pause(Hold.TURN, "test")
     await interruptions._check(turn, checked, (checked, checked, 0, len(checked)))
     assert not reply.paused
     # The turn goes on: the residue's windows before the check's end, and new ones past it.

@@ -11,6 +11,7 @@ from tests.wire_fuzz import HUGE_DIGITS, deep, dumps, json_values
 from voice_agent.protocols.client_options import MAX_GREETING_CHARS, MAX_SYSTEM_PROMPT_CHARS
 from voice_agent.protocols.events import (
     AgentAudio,
+    AgentState,
     AudioReceived,
     Clear,
     Error,
@@ -168,6 +169,7 @@ def test_server_messages():
         "final": True,
     }
     assert json.loads(codec.send(Clear())) == {"type": "clear"}
+    assert json.loads(codec.send(AgentState("thinking"))) == {"type": "agent_state", "state": "thinking"}
     assert json.loads(codec.send(Mark("1.0"))) == {"type": "mark", "name": "1.0"}
     assert json.loads(codec.send(Metrics({"voice_to_voice_ms": 12.5}))) == {
         "type": "metrics",

@@ -17,6 +17,7 @@ from voice_agent.protocols.events import (
     SEMANTIC_VAD,
     SERVER_VAD,
     AgentAudio,
+    AgentState,
     AudioReceived,
     Clear,
     Error,
@@ -542,6 +543,14 @@ def test_the_other_codecs_ignore_the_realtime_events():
     ):
         assert NativeProtocol().send(event) is None
         assert twilio.send(event) is None
+
+
+def test_the_realtime_and_phone_codecs_ignore_the_agents_state():
+    twilio = MediaStreamsProtocol()
+    twilio.receive_text(TwilioCaller("MZ1", "CA" + "1" * 32).start())
+    for state in ("listening", "thinking", "speaking"):
+        assert RealtimeProtocol().send(AgentState(state)) is None
+        assert twilio.send(AgentState(state)) is None
 
 
 def test_a_committed_turn_merged_into_the_next_is_deleted():

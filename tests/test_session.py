@@ -16,16 +16,20 @@ from voice_agent.interfaces import Reading
 from voice_agent.listener import PREROLL_SAMPLES
 from voice_agent.protocols.events import (
     AgentAudio,
+    AgentState,
     AudioReceived,
     Clear,
     Error,
     Metrics,
+    ResponseEnded,
+    ResponseStarted,
     SessionStarted,
     TextReceived,
     Transcript,
     TurnCommitted,
 )
 from voice_agent.session import Session
+from voice_agent.turn_merge import held_at_onset
 from voice_agent.vad import WINDOW
 
 RATE = 16000
@@ -252,6 +256,25 @@ async def test_barge_in_stops_every_stage_and_keeps_only_what_was_heard():
     assert h.finals("agent")[-1] == heard
     await asyncio.sleep(0.3)
     assert [e for e in h.events[clear_at:] if isinstance(e, AgentAudio)] == []
+    await h.session.close()
+
+
+async def test_the_client_is_told_what_the_agent_does_each_time_it_changes():
+    h = Harness(answer=" ".join(f"w{i}." for i in range(60)), barge_in_min_speech_ms=200)
+    h.llm.delay = 0.05
+    await h.feed(tone(0.5), realtime=False)
+    await h.feed(quiet(0.3))
+    await h.until(lambda: h.of(AgentAudio))
+    assert [e.state for e in h.of(AgentState)] == ["thinking", "speaking"]
+    started, committed = h.of(ResponseStarted)[0], h.of(TurnCommitted)[0]
+    thinking, speaking = h.of(AgentState)
+    assert h.events.index(committed) < h.events.index(thinking) < h.events.index(started) < h.events.index(speaking)
+    await h.feed(quiet(0.5))
+    await h.feed(tone(0.4))  # a barge-in
+    await h.until(lambda: h.of(Clear) and len(h.of(AgentState)) > 2)
+    assert [e.state for e in h.of(AgentState)][:3] == ["thinking", "speaking", "listening"]
+    [cancelled] = h.of(ResponseEnded)
+    assert cancelled.status == "cancelled" and h.events.index(cancelled) < h.events.index(h.of(AgentState)[2])
     await h.session.close()
 
 
@@ -832,9 +855,9 @@ def watch_pauses(monkeypatch, note: Callable[[str, Any], None]) -> None:
     def watched(name: str):
         original = getattr(Reply, name)
 
-        def noting(self, why: str):
+        def noting(self, holders, why: str):
             note(name, self)
-            original(self, why)
+            original(self, holders, why)
 
         return noting
 
@@ -878,7 +901,7 @@ async def test_a_turn_that_took_the_grace_leaves_no_onset_pause_for_a_later_one(
     await h.feed(quiet(0.3))
     await h.until(lambda: h.session.listener.turn is None and calls[-1:] == ["resume"])
     # A later turn, past the grace, must not be taken for the user going on (and withdraw the answer).
-    assert h.session.answer is not None and not h.session.answer.paused_at_onset
+    assert not held_at_onset(h.session.answer)
     await h.session.close()
 
 

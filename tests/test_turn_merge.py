@@ -49,7 +49,7 @@ async def test_within_the_grace_the_answer_pauses_and_withdrawing_it_reports_the
     assert answered is not None and answered.turn_start is not None
     start, over_agent = h.session.merge.begin_turn(answered.turn_start + 20000)
     assert start == answered.turn_start + 20000 and over_agent  # a turn of its own, until it proves to be words
-    assert answered.grace_taken
+    assert h.session.merge.take_grace(answered) and not h.session.merge.take_grace(answered)  # its turn's, once
     assert h.session.merge.unanswered_start([]) == answered.turn_start
     turn = a_turn(h, answered.turn_start + 20000)
     h.session.merge.withdraw(turn, answered.turn_start)

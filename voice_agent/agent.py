@@ -28,7 +28,7 @@ from typing import Any
 from .config import DEFAULT_SYSTEM_PROMPT, Settings
 from .dial_targets import checked_transfer_target
 from .log import log_exception
-from .tools import Tool, as_tool
+from .tools import Tool, ToolContext, as_tool
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +53,7 @@ class CallAction:
 
 
 @dataclass
-class CallContext:
+class CallContext(ToolContext):
     """One session as the agent sees it. Hooks and tools may read and change it."""
 
     session_id: str

@@ -26,8 +26,6 @@ class Answer:
     number: int | None = None  # its response number, once it plays (ResponseStarted)
     task: asyncio.Task | None = None
     reply: Reply | None = None  # set once it is the reply the user hears
-    grace_taken = False  # the user went on within the grace: the next speech window's turn may withdraw it
-    paused_at_onset = False  # a speech window in the grace, before it made a turn, paused it
 
     @property
     def heard_nothing(self) -> bool:

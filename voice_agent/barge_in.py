@@ -13,11 +13,20 @@ from __future__ import annotations
 import enum
 import re
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 from .config import Settings
 from .echo import ECHO_SHARE, is_echo, timed_words, words_of
+from .vad import WINDOW_MS
 
 BARGE_RECHECK_MS = 160  # more overlapping speech since the last check: look again
+# Words that stop no one, heard over the echo, interrupt once their turn ends only if they held this much
+# speech with the echo out: Whisper read "It's fine." into a door slam and "in a moment." into a "mm-hmm"
+# over the echo (scripts/bargein_eval; 416 and 320 ms of speech), and the agent gave up its answer to them.
+# "Tell me more." takes about 600 ms.
+WORDS_OVER_ECHO_MIN_MS = 500
+# A stop word Whisper judges no speech in less speech than this, over the agent, is a noise's (is_noise).
+STOP_WORD_MIN_MS = 4 * WINDOW_MS
 
 
 # Words that stop a speaker on their own. Over the agent's echo, Whisper reads a
@@ -127,6 +136,18 @@ class BargeInPolicy:
         words = words_of(text)
         return len(words) == 1 and _CUT_OFF.fullmatch(words[0]) is not None
 
+    def is_noise(self, text: str, no_speech: bool, spoken_ms: float) -> bool:
+        """Whether ``text``, read in ``spoken_ms`` of speech over the agent (``no_speech``: Whisper judged it no
+        speech), is Whisper's reading of a noise: words it judges no speech itself, with no stop word among
+        them. "I'm gonna be a good one." for a hiss, "That's it." for a laugh over the rig's echo were so judged;
+        none of the eval's interruptions over it was, but a "Wait." alone was, once (docs/endpointing.md). A stop
+        word so judged is a noise's too where it is shorter than any said: a door slam over the echo left 96 ms
+        of speech, read "No." twice, and cleared the answer; a "Stop.", "No." or "Wait." said at once keeps
+        160 ms or more (scripts/bargein_eval)."""
+        if not no_speech:
+            return False
+        return not self.has_stop_word(text) or spoken_ms < STOP_WORD_MIN_MS
+
     @staticmethod
     def has_stop_word(text: str) -> bool:
         """Whether a word of ``text`` stops a speaker on its own ("No, I meant Friday", "Wait, what?")."""
@@ -146,3 +167,82 @@ class BargeInPolicy:
         if self._backchannels is not None:
             words = self._backchannels.sub("", words)
         return all(_is_hum(word) for word in words.split())
+
+
+class Verdict(enum.Enum):
+    """What a reading of speech over the agent is (:func:`judge`)."""
+
+    OWN_VOICE = "own voice"  # the agent's own words coming back: it goes on
+    ACKNOWLEDGEMENT = "acknowledgement"  # a backchannel, a hum, a cough: it goes on
+    NOISE = "noise"  # too little speech for the words read over the echo: it goes on
+    LONE_WORD = "lone word"  # one word over the echo: held while its turn goes on, on once it ends
+    WAIT = "wait for more"  # not yet an interruption: held, read again as the speech grows, whole once it ends
+    STOP = "stop"  # the user takes the floor
+
+
+@dataclass(frozen=True)
+class Hearing:
+    """A reading of speech over the agent, and what the verdict on it depends on."""
+
+    text: str
+    no_speech: bool  # Whisper judged the audio no speech
+    spoken_ms: float  # speech in the audio read (with the echo out, what is left)
+    over_echo: bool  # the agent's echo was taken out of the audio read
+    whole: bool  # the whole turn, which has ended
+    may_withdraw: bool  # the user went on within the grace: they were not done
+    own_voice: bool  # the words are the agent's own, coming back
+    stop_read_before: bool  # an earlier reading of this turn over the echo held a stop word
+
+
+@dataclass(frozen=True)
+class Judgement:
+    verdict: Verdict
+    text: str  # the words it stands on: none for a noise's
+    stop_read: bool = False  # this reading, over the echo, holds a stop word: a second one stops the agent
+    why: str = ""
+
+
+def judge(hearing: Hearing, policy: BargeInPolicy) -> Judgement:
+    """The verdict on a reading of speech over the agent: pure, the STT and the echo's removal are done."""
+    h = hearing
+    if h.own_voice:
+        return Judgement(Verdict.OWN_VOICE, h.text)
+    # A noise's words, once they are not the agent's (its echo, however unsure the reading). Not in the grace:
+    # there the user most likely goes on with their turn, which may be quiet (a meeting's "Okay.").
+    noise = policy.is_noise(h.text, h.no_speech, h.spoken_ms) and not h.may_withdraw
+    text = "" if noise else h.text
+    # A consonant alone is a word the check cut off, which more speech finishes ("x", then "Actually"): the
+    # agent stays paused for it as for a lone word, not resumed as for a hum. So is the first of a noise,
+    # which may be a user's first syllable. Read from the whole turn, either is a noise.
+    cut_off = not h.whole and (noise or policy.is_cut_off(text))
+    if not cut_off and policy.is_backchannel(text):
+        if h.may_withdraw and not h.whole:
+            # The user went on right after the agent began: a filler or a hum there is their next words
+            # begun more often than an acknowledgement ("Um." for the first 256 ms of "... the pasta", in
+            # the endpointing eval; resumed, the answer talked over them for 800 ms more). The agent stays
+            # silent: the words are read again as the speech grows, and whole once it ends.
+            return Judgement(Verdict.WAIT, text, why=", in the grace")
+        return Judgement(Verdict.ACKNOWLEDGEMENT, text)
+    lone = cut_off or policy.is_lone_word(text)
+    if h.over_echo and lone:
+        # Over the echo, one word alone is what is left of it, or a noise read as a word ("out" for an
+        # "uh-huh", in the echo rig), or the first of the user's ("one." for "Hold on"): judged again once
+        # more speech comes, the agent held paused meanwhile (resumed between the readings, it talked on for
+        # 130 ms before "Hold on." paused it again); it goes on once the turn ends. Its own word is OWN_VOICE.
+        return Judgement(Verdict.LONE_WORD, text)
+    stop = policy.has_stop_word(text)
+    # Over the echo, a stop word read once may be a noise ("What?" for knocks, "No." for a laugh, "enough"
+    # for a "mm-hmm", in the echo rig): it stops the agent once a second reading of the turn holds one
+    # too, or the whole turn's does. The agent is paused meanwhile: only its clear waits.
+    stop_read = h.over_echo and stop
+    first_stop = stop_read and not h.stop_read_before
+    if not h.whole and (lone or (h.over_echo and (not stop or first_stop))):
+        # Judged again once more speech comes, still paused: a user who goes on has stopped the agent
+        # already. If none comes, the whole turn's audio decides once it ends: Whisper read a hum's
+        # first 300 ms as "in", and the whole of it as "NMM" (scripts/bargein_eval). Over the echo the
+        # same holds for words that stop no one: what is left of the echo under an "mm-hmm" or a laugh
+        # read as "in the thumb." or "You're just a bit" (the echo rig).
+        return Judgement(Verdict.WAIT, text, stop_read)
+    if h.over_echo and h.spoken_ms < WORDS_OVER_ECHO_MIN_MS and not stop:
+        return Judgement(Verdict.NOISE, text, stop_read, why="too little speech for words over the echo")
+    return Judgement(Verdict.STOP, text, stop_read)

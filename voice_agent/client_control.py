@@ -15,21 +15,28 @@ import asyncio
 import contextlib
 import logging
 from collections import OrderedDict
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
+from .agent_session import AgentSession
+from .answer import Answer
 from .audio import PIPELINE_RATE
 from .client_tools import ClientCalls, ToolOffer
 from .config import Settings
+from .conversation import Conversation
+from .engines import Engines
+from .listener import Listener
 from .llm.base import Message, supports_tools
 from .log import log_exception
 from .printable import printable
 from .protocols.events import (
     AUTO,
     CLIENT_CANCELLED,
+    TURN_DETECTED,
     Error,
     FunctionCallOutput,
     FunctionOutputAdded,
@@ -44,6 +51,7 @@ from .protocols.events import (
     ItemDeleted,
     ItemRetrieve,
     ItemRetrieved,
+    OutputEvent,
     ResponseCancel,
     ResponseRequest,
     SessionConfig,
@@ -62,14 +70,14 @@ from .protocols.events import (
     chosen_name,
 )
 from .reply import Reply
+from .reply_factory import ReplyFactory
+from .stt_queue import SessionSTT
 from .turn import has_words
 from .turn_detection import turn_taking
-from .user_turn import TurnMetrics
+from .user_turn import TurnMetrics, UserTurn
 
 if TYPE_CHECKING:
     from .agent import CallContext
-    from .answer import Answer
-    from .session import Session
 
 log = logging.getLogger(__name__)
 
@@ -98,8 +106,48 @@ class _Spoken:
     cut_s: float | None = None  # a truncation that came while it still played
 
 
+class ControlledSession(Protocol):
+    """What a client's own requests read and change of the session, and how they start and stop answers."""
+
+    id: str
+    settings: Settings
+    engines: Engines
+    clock: Callable[[], float]
+    stt: SessionSTT
+    listener: Listener
+    conversation: Conversation
+    replies: ReplyFactory
+    agent: AgentSession | None
+    closed: bool
+    emit: Callable[[OutputEvent], None]
+
+    @property
+    def answer(self) -> Answer | None: ...
+
+    @property
+    def sample_rate(self) -> int: ...
+
+    @property
+    def answering(self) -> bool: ...
+
+    @property
+    def history(self) -> list[Message]: ...
+
+    def say(self, text: str) -> None: ...
+
+    def commit(self, turn: UserTurn) -> None: ...
+
+    def interrupt(self, reason: str = TURN_DETECTED) -> None: ...
+
+    def start_answer(
+        self, run: Callable[[Answer], Coroutine[Any, Any, None]], turn: UserTurn | None = None
+    ) -> None: ...
+
+    async def play(self, answer: Answer, reply: Reply, running: asyncio.Task) -> None: ...
+
+
 class ClientControl:
-    def __init__(self, session: Session, settings: Settings):
+    def __init__(self, session: ControlledSession, settings: Settings):
         self._session = session
         # session.update changes a copy of the server's settings, so other sessions never see it.
         self._server_settings = settings

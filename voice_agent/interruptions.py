@@ -12,26 +12,29 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import numpy as np
 
 from . import log as logs
+from .answer import Answer
 from .audio import PIPELINE_RATE
-from .barge_in import BargeIn, BargeInPolicy
+from .barge_in import BargeIn, BargeInPolicy, Hearing, Judgement, Verdict, judge
+from .config import Settings
 from .echo import ECHO_SHARE, WHOLE_ECHO_SHARE, others_words, timed_words, words_of
 from .echo_reference import INPUT_SAMPLES as ECHO_INPUT_SAMPLES
 from .echo_reference import QUIET_INPUT_SAMPLES, EchoReference
 from .echo_suppression import FIT_S, suppress_echo
+from .engines import Engines
+from .holds import USER_HOLDS, Hold
 from .interfaces import Reading
-from .protocols.events import AgentAudio, Clear, OutputEvent, TurnIgnored
+from .listener import Listener
+from .protocols.events import TURN_DETECTED, AgentAudio, Clear, OutputEvent, TurnDetection, TurnIgnored
 from .reply import Reply
+from .stt_queue import SessionSTT
 from .turn import has_words
 from .user_turn import SPEECH_TAIL_SAMPLES, UserTurn
 from .vad import WINDOW, WINDOW_MS
-
-if TYPE_CHECKING:
-    from .session import Session
 
 log = logging.getLogger(__name__)
 
@@ -47,13 +50,6 @@ MIN_SPEECH_WINDOWS = 3
 # echo keeps 75 to 96 % (medians of the barge-in eval's turns). Offline, 2 to 3 % of those stretches kept three
 # such windows, and 88 % of the user's windows were kept (docs/endpointing.md).
 MIN_KEPT_SHARE = 0.15
-# Words that stop no one, heard over the echo, interrupt once their turn ends only if they held this much
-# speech with the echo out: Whisper read "It's fine." into a door slam and "in a moment." into a "mm-hmm"
-# over the echo (scripts/bargein_eval; 416 and 320 ms of speech), and the agent gave up its answer to them.
-# "Tell me more." takes about 600 ms.
-WORDS_OVER_ECHO_MIN_MS = 500
-# A stop word Whisper judges no speech in less speech than this, over the agent, is a noise's (_is_noise).
-STOP_WORD_MIN_MS = 4 * WINDOW_MS
 # Speech at the onset that fades holds the agent's pause this long for more: over the echo a user's first
 # syllables come as lone speech windows about 60 ms apart (the echo test takes those between for echo), and
 # resumed at each fade, the agent talked on until they made a turn: "Hold on" stopped it in 460 and 719 ms
@@ -116,8 +112,55 @@ def timed_chunks(reply: Reply) -> list[tuple[str, float, float]]:
     return [(c.text, c.start_s, c.end_s if c.end_s is not None else c.start_s + c.synthesized_s) for c in reply.chunks]
 
 
+class TurnDetectionInEffect(Protocol):
+    turn_detection: TurnDetection
+
+
+class Withdrawal(Protocol):
+    """The graceful way out (:class:`~.turn_merge.TurnMerge`), for a turn that interrupts."""
+
+    def began_in_grace(self, turn: UserTurn) -> bool: ...
+
+    def take_grace(self, answer: Answer) -> bool: ...
+
+    def withdraw(self, turn: UserTurn, answered_start: int) -> None: ...
+
+
+class OverlapFloor(Protocol):
+    """What the barge-in checks read of the session, and the few ways they hand the floor over."""
+
+    id: str
+    settings: Settings
+    engines: Engines
+    clock: Callable[[], float]
+    stt: SessionSTT
+    listener: Listener
+    emit: Callable[[OutputEvent], None]
+
+    @property
+    def control(self) -> TurnDetectionInEffect: ...
+
+    @property
+    def merge(self) -> Withdrawal: ...
+
+    @property
+    def answer(self) -> Answer | None: ...
+
+    @property
+    def reply(self) -> Reply | None: ...
+
+    @property
+    def sample_rate(self) -> int: ...
+
+    def announce(self, turn: UserTurn) -> None: ...
+
+    def interrupt(self, reason: str = TURN_DETECTED) -> None: ...
+
+    def commit(self, turn: UserTurn) -> None: ...
+
+
 class Interruptions:
-    def __init__(self, session: Session, policy: BargeInPolicy):
+    def __init__(self, session: OverlapFloor, policy: BargeInPolicy):
         self._session = session
         self.policy = policy
         self.echo_heard = False  # the agent's own voice came back in this session
@@ -132,7 +175,6 @@ class Interruptions:
         # in this call (a headset, the client's echo cancelling), unless its words are heard (echo_heard).
         self._echo_free = False
         self._quiet_looked = 0  # the input received when the agent's talk was last looked at for that
-        self._onset_paused: Reply | None = None  # paused by speech too short yet for a turn (speech_begins)
         self._onset_timer: asyncio.TimerHandle | None = None  # ends that pause with the output lead; None once run
         self._fade_timer: asyncio.TimerHandle | None = None  # ends it ONSET_HOLD_S after its speech faded
         self._onset_began = 0.0  # when that pause began, on the session's clock
@@ -215,7 +257,7 @@ class Interruptions:
         """
         session = self._session
         reply = session.reply
-        if self._fade_timer is not None and reply is not None and reply is self._onset_paused:
+        if self._fade_timer is not None and reply is not None and Hold.ONSET in reply.holds:
             # More speech before the faded one's pause ended: the agent stays silent for it.
             self._fade_timer.cancel()
             self._fade_timer = None
@@ -237,8 +279,7 @@ class Interruptions:
             or self.policy.min_speech_ms > session.settings.vad_min_speech_ms
         ):
             return
-        reply.pause("speech began over it")
-        self._onset_paused = reply
+        reply.pause(Hold.ONSET, "speech began over it")
         self._onset_spent = True
         self._onset_began = session.clock()
         self._onset_start = start
@@ -257,7 +298,7 @@ class Interruptions:
 
     def _onset_runs_out(self, reply: Reply) -> None:
         self._onset_timer = None
-        if reply is self._onset_paused and self._look is not None and not self._look.done():
+        if Hold.ONSET in reply.holds and self._look is not None and not self._look.done():
             # The look at its turn's speech with the echo out is under way, and ends the pause (or keeps it for
             # speech) in a few ms: resumed now, the agent talked for 50 ms before that look paused it again
             # (scripts/bargein_eval's echo rig, "Sorry, can you repeat that?").
@@ -316,8 +357,8 @@ class Interruptions:
         """The speech that paused the agent at its onset made no turn: the agent goes on, unless more speech
         comes within :data:`ONSET_HOLD_S`."""
         self._onset_spent = False
-        reply = self._onset_paused
-        if reply is None:
+        reply = self._session.reply
+        if reply is None or Hold.ONSET not in reply.holds:
             return
         if self._fade_timer is not None:
             self._fade_timer.cancel()
@@ -350,26 +391,23 @@ class Interruptions:
         self._onset_ends(reply, "the speech at the onset made no turn")
 
     def _onset_ends(self, reply: Reply | None, why: str) -> None:
-        if reply is None or reply is not self._onset_paused:
+        if reply is None or Hold.ONSET not in reply.holds:
             return  # resumed already, or its turn took the pause over
         if self._fade_timer is not None:
             self._fade_timer.cancel()
             self._fade_timer = None
-        self._onset_paused = None
-        if reply is self._session.reply:
-            reply.resume(why)
+        reply.resume(Hold.ONSET, why)
 
     def user_speaks(self, turn: UserTurn) -> None:
         """Another speech window of ``turn`` over the agent: interrupt it for real speech, not for "mm-hm"."""
         self._onset_spent = False
-        if not self._onset_over_echo:
-            self._onset_paused = None  # the turn's own pause and check take it from here
         session = self._session
         answer, reply = session.answer, session.reply
+        if not self._onset_over_echo and reply is not None:
+            reply.holds.hand_over(Hold.ONSET, Hold.TURN)  # the turn's own pause and check take it from here
         if answer is None or reply is None or not session.control.turn_detection.interrupt_response:
             return
-        if answer.grace_taken:
-            answer.grace_taken = False
+        if session.merge.take_grace(answer):
             turn.may_withdraw = True
         if reply.paused:  # at its onset, or for this turn's speech before
             self._end_pause_if_speech_stops(reply, turn)
@@ -382,7 +420,7 @@ class Interruptions:
         # that, once its voice came back, the words decide before it falls silent (LISTEN).
         echo_heard = self.echo_heard and echo is None and not turn.may_withdraw
         if echo is None:
-            self._onset_ends(self._onset_paused, "no echo to take out: the turn decides, as without one")
+            self._onset_ends(reply, "no echo to take out: the turn decides, as without one")
         action = self.policy.decide(turn.speech_ms, turn.barge_checked_ms, checking, echo_heard)
         if action is BargeIn.NONE:
             return
@@ -394,7 +432,7 @@ class Interruptions:
             elif action is BargeIn.INTERRUPT:
                 self._yield_to(turn, "")
             else:
-                reply.pause("speech over it: silent at once, as a person would, while its words are checked")
+                reply.pause(Hold.TURN, "speech over it: silent at once, as a person would, while its words are checked")
                 if action is BargeIn.PAUSE:
                     self._end_pause_if_speech_stops(reply, turn)
         if action in (BargeIn.CHECK, BargeIn.LISTEN):
@@ -426,12 +464,12 @@ class Interruptions:
         if self._speech_since_judged(turn, speech) < MIN_SPEECH_WINDOWS:
             self._onset_ends(reply, "no new speech since the turn was judged no interruption")
             return  # the turn so far was judged no interruption, and no speech came since: the agent goes on
-        self._onset_paused = None  # speech: paused for it now, the onset's timer must not resume the agent
+        reply.holds.hand_over(Hold.ONSET, Hold.TURN)  # speech: held for it now, not till the onset's timer
         # Whatever the words, but only for that much speech once the echo is out (a hiss over it lasts long).
         if action is BargeIn.INTERRUPT and speech.sum() * WINDOW_MS >= self.policy.force_ms:
             self._yield_to(turn, "")
         else:
-            reply.pause("speech left with the echo out")
+            reply.pause(Hold.TURN, "speech left with the echo out")
             if action is BargeIn.PAUSE:
                 self._end_pause_if_speech_stops(reply, turn)
 
@@ -464,7 +502,7 @@ class Interruptions:
             and turn.last_speech == last_speech
             and turn.barge_check is None
             and (self._look is None or self._look.done())
-            and self._onset_paused is not reply  # its own timer ends that pause
+            and Hold.ONSET not in reply.holds  # its own timer ends that pause
         ):
             return
         short_s = (
@@ -473,7 +511,7 @@ class Interruptions:
         if short_s > 0:
             self._look_for_silence_in(max(short_s, WINDOW_MS / 1000), reply, turn, last_speech)
         else:
-            reply.resume("the speech over it stopped short of a check")
+            reply.resume(Hold.TURN, "the speech over it stopped short of a check")
 
     def _echo_over(self, turn: UserTurn, tail: int = 0) -> tuple[np.ndarray, np.ndarray, int, int] | None:
         """For the barge-in check of ``turn`` (and ``tail`` samples past its last speech): :meth:`_echo_between`
@@ -583,18 +621,8 @@ class Interruptions:
                 return ""
             audio, spoken_ms = cleaned, float(speech.sum()) * WINDOW_MS
         reading = await self._session.stt.read(audio)
-        return "" if judge_noise and self._is_noise(reading, spoken_ms) else reading.text
-
-    def _is_noise(self, reading: Reading, spoken_ms: float) -> bool:
-        """Whether ``reading`` of ``spoken_ms`` of speech over the agent is Whisper's reading of a noise: words it
-        judges no speech itself, with no stop word among them. "I'm gonna be a good one." for a hiss, "That's it."
-        for a laugh over the rig's echo were so judged; none of the eval's interruptions over it was, but a "Wait."
-        alone was, once (docs/endpointing.md). A stop word so judged is a noise's too where it is shorter than
-        any said: a door slam over the echo left 96 ms of speech, read "No." twice, and cleared the answer; a
-        "Stop.", "No." or "Wait." said at once keeps 160 ms or more (scripts/bargein_eval)."""
-        if not reading.no_speech:
-            return False
-        return not self.policy.has_stop_word(reading.text) or spoken_ms < STOP_WORD_MIN_MS
+        noise = judge_noise and self.policy.is_noise(reading.text, reading.no_speech, spoken_ms)
+        return "" if noise else reading.text
 
     async def _check(
         self,
@@ -625,7 +653,7 @@ class Interruptions:
                         # loud echo's residue passed one look and not the next, and paused the agent for 350 ms).
                         self._judged = {turn.id: max(self._judged.get(turn.id, 0), turn.start + echo[3])}
                     if session.reply is not None and (whole or not self.holds_word(turn)):
-                        session.reply.resume("no new speech with the echo out")
+                        session.reply.resume(USER_HOLDS, "no new speech with the echo out")
                     return
                 audio = cleaned
             reading = await session.stt.read(audio)
@@ -640,83 +668,59 @@ class Interruptions:
         except Exception:
             logs.log_exception(log, "session %s: barge-in transcription failed", session.id)
             reading = Reading("?", no_speech=False)  # unknown words: treat as speech
-        text = reading.text
         reply = session.reply
         if reply is None:
             return
         self._word_held = None
-        if session.settings.barge_in_ignore_echo and self._is_own_voice(turn, text, reply, echo_out=echo is not None):
+        own_voice = bool(session.settings.barge_in_ignore_echo) and self._is_own_voice(
+            turn, reading.text, reply, echo_out=echo is not None
+        )
+        hearing = Hearing(
+            reading.text,
+            reading.no_speech,
+            spoken_ms,
+            over_echo=echo is not None,
+            whole=whole,
+            may_withdraw=turn.may_withdraw,
+            own_voice=own_voice,
+            stop_read_before=self._stop_read == turn.id,
+        )
+        self._act_on(turn, judge(hearing, self.policy), reply, heard_until, whole)
+
+    def _act_on(self, turn: UserTurn, judgement: Judgement, reply: Reply, heard_until: int, whole: bool) -> None:
+        """Carry out the verdict on a reading of ``turn``'s speech up to sample ``heard_until``."""
+        session = self._session
+        verdict, text = judgement.verdict, judgement.text
+        if judgement.stop_read:
+            self._stop_read = turn.id
+        if verdict is Verdict.OWN_VOICE:
             log.log(logs.words_level(), "session %s: the agent's own voice: %r", session.id, text)
             self.echo_heard = True
             self._judged = {turn.id: heard_until}
-            reply.resume("its own voice")
-            return
-        # A noise's words, once they are not the agent's (its echo, however unsure the reading). Not in the grace:
-        # there the user most likely goes on with their turn, which may be quiet (a meeting's "Okay.").
-        noise = self._is_noise(reading, spoken_ms) and not turn.may_withdraw
-        if noise:
-            text = ""
-        # A consonant alone is a word the check cut off, which more speech finishes ("x", then "Actually"): the
-        # agent stays paused for it as for a lone word, not resumed as for a hum. So is the first of a noise,
-        # which may be a user's first syllable. Read from the whole turn, either is a noise.
-        cut_off = not whole and (noise or self.policy.is_cut_off(text))
-        if not cut_off and self.policy.is_backchannel(text):
-            if turn.may_withdraw and not whole:
-                # The user went on right after the agent began: a filler or a hum there is their next words
-                # begun more often than an acknowledgement ("Um." for the first 256 ms of "... the pasta", in
-                # the endpointing eval; resumed, the answer talked over them for 800 ms more). The agent stays
-                # silent: the words are read again as the speech grows, and whole once it ends.
-                self._read_again(turn, text, heard_until, ", in the grace")
-                return
+            reply.resume(USER_HOLDS, "its own voice")
+        elif verdict is Verdict.ACKNOWLEDGEMENT:
             log.log(logs.words_level(), "session %s: not an interruption: %r", session.id, text)
             self._judged = {turn.id: heard_until}
-            reply.resume("a backchannel")
-            return
-        lone = cut_off or self.policy.is_lone_word(text)
-        if echo is not None and lone:
-            # Over the echo, one word alone is what is left of it, or a noise read as a word ("out" for an
-            # "uh-huh", in the echo rig), or the first of the user's ("one." for "Hold on"): judged again once
-            # more speech comes, the agent held paused meanwhile (resumed between the readings, it talked on for
-            # 130 ms before "Hold on." paused it again); it goes on once the turn ends. Its own word resumed it
-            # above.
+            reply.resume(USER_HOLDS, "a backchannel")
+        elif verdict is Verdict.LONE_WORD:
             log.log(
                 logs.words_level(), "session %s: one word over the echo, not yet an interruption: %r", session.id, text
             )
             if not whole:
                 self._judged = {turn.id: heard_until}
             if session.listener.turn is not turn:  # it ended while we listened, or this read all of it
-                reply.resume("one word over the echo, and its turn ended")
+                reply.resume(USER_HOLDS, "one word over the echo, and its turn ended")
             elif not whole:
                 self._word_held = turn.id
-            return
-        stop = self.policy.has_stop_word(text)
-        # Over the echo, a stop word read once may be a noise ("What?" for knocks, "No." for a laugh, "enough"
-        # for a "mm-hmm", in the echo rig): it stops the agent once a second reading of the turn holds one
-        # too, or the whole turn's does. The agent is paused meanwhile: only its clear waits.
-        first_stop = echo is not None and stop and self._stop_read != turn.id
-        if echo is not None and stop:
-            self._stop_read = turn.id
-        if not whole and (lone or (echo is not None and (not stop or first_stop))):
-            # Judged again once more speech comes, still paused: a user who goes on has stopped the agent
-            # already. If none comes, the whole turn's audio decides once it ends: Whisper read a hum's
-            # first 300 ms as "in", and the whole of it as "NMM" (scripts/bargein_eval). Over the echo the
-            # same holds for words that stop no one: what is left of the echo under an "mm-hmm" or a laugh
-            # read as "in the thumb." or "You're just a bit" (the echo rig).
-            self._read_again(turn, text, heard_until)
-            return
-        if echo is not None and spoken_ms < WORDS_OVER_ECHO_MIN_MS and not stop:
-            log.log(
-                logs.words_level(),
-                "session %s: %.0f ms of speech, too short for words over the echo: %r",
-                session.id,
-                spoken_ms,
-                text,
-            )
-            reply.resume("too little speech for words over the echo")
-            return
-        self._yield_to(turn, text)
-        if session.listener.turn is not turn:
-            session.commit(turn)  # it ended while we listened: answer it now that the agent is quiet
+        elif verdict is Verdict.WAIT:
+            self._read_again(turn, text, heard_until, judgement.why)
+        elif verdict is Verdict.NOISE:
+            log.log(logs.words_level(), "session %s: %s: %r", session.id, judgement.why, text)
+            reply.resume(USER_HOLDS, judgement.why)
+        else:
+            self._yield_to(turn, text)
+            if session.listener.turn is not turn:
+                session.commit(turn)  # it ended while we listened: answer it now that the agent is quiet
 
     def _read_again(self, turn: UserTurn, text: str, heard_until: int, where: str = "") -> None:
         """``text``, read in ``turn`` up to sample ``heard_until``, is not yet an interruption: the agent stays

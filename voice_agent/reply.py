@@ -26,13 +26,14 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import numpy as np
 
 from .audio import StreamResampler
 from .chunker import SentenceChunker, word_tokens
+from .holds import Hold, Holds
 from .interfaces import TTSBackend
 from .llm.base import LLMBackend, Message, ToolCall
 from .pacing import PlaybackClock
@@ -125,13 +126,11 @@ class Reply:
         self.tool_calls: list[ToolCall] = []
         self._sent_s = 0.0
         self._marked: tuple[float, float] | None = None  # (audio offset, when the client confirmed it)
-        # Frames flow only while this is set. A held reply generates and synthesizes
+        # Frames flow only while no one holds them. A held reply generates and synthesizes
         # ahead but emits nothing until resumed: that is how an answer is prepared
         # while the turn may still go on. A pause stops the voice while the session
         # finds out whether the user is interrupting or only saying "mm-hm".
-        self._flowing = asyncio.Event()
-        if not held:
-            self._flowing.set()
+        self.holds = Holds([Hold.PREPARED] if held else [])
         self._first_chunk_synthesized = asyncio.Event()
 
     @property
@@ -248,24 +247,24 @@ class Reply:
             await audio.put(samples[start : start + self._frame])
         return samples[whole:]
 
-    def resume(self, why: str) -> None:
-        if not self._flowing.is_set():
+    def resume(self, holders: Hold | Iterable[Hold], why: str) -> None:
+        """Let ``holders`` go: the frames flow again once no other holder remains."""
+        if self.holds.release(holders):
             log.debug("answer to turn %s resumed: %s", self.turn, why)
-        self._flowing.set()
 
-    def pause(self, why: str) -> None:
-        """Hold the frames back; ``why`` goes to the debug log, which tells what paused and resumed an answer."""
-        if self._flowing.is_set():
+    def pause(self, holder: Hold, why: str) -> None:
+        """Hold the frames back under ``holder``; ``why`` goes to the debug log, which tells what paused and
+        resumed an answer."""
+        if self.holds.add(holder):
             log.debug("answer to turn %s paused: %s", self.turn, why)
-        self._flowing.clear()
 
     @property
     def paused(self) -> bool:
-        """Held, or paused: no frame goes out until :meth:`resume`."""
-        return not self._flowing.is_set()
+        """Held, or paused: no frame goes out until every holder resumed it."""
+        return bool(self.holds)
 
     async def _play(self, audio: asyncio.Queue) -> None:
-        await self._flowing.wait()
+        await self.holds.wait()
         while (item := await audio.get()) is not None:
             if isinstance(item, SpokenChunk):
                 item.start_s = self._sent_s
@@ -280,7 +279,7 @@ class Reply:
                 continue
             if (delay := self.playback.delay()) > 0:
                 await asyncio.sleep(delay)
-            await self._flowing.wait()
+            await self.holds.wait()
             self._emit(AgentAudio(item))
             duration = len(item) / self._rate
             self.playback.sent(duration)

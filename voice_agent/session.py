@@ -19,6 +19,7 @@ from .client_control import CLIENT_CONTROL_EVENTS, ClientControl
 from .config import Settings
 from .conversation import Conversation
 from .engines import Engines
+from .holds import USER_HOLDS, Hold
 from .interruptions import Interruptions
 from .listener import Listener
 from .llm.base import Message, ToolCall
@@ -28,6 +29,7 @@ from .llm.tokens import token_counter
 from .log import log_exception
 from .protocols.events import (
     TURN_DETECTED,
+    AgentState,
     AudioReceived,
     Clear,
     Error,
@@ -63,6 +65,8 @@ log = logging.getLogger(__name__)
 APOLOGY = "Sorry, something went wrong on my side. Could you say that again?"
 MODEL_MARKUP = "text holds one of the model's special tokens (chat-template markup); ignored"
 # What a client is told of a failed answer: the details (the exception) are in the server's log only.
+# What a client is told the agent does in each turn state (AgentState).
+SHOWN_STATE = {TurnState.LISTENING: "listening", TurnState.RESPONDING: "thinking", TurnState.SPEAKING: "speaking"}
 REPLY_FAILED = "the answer failed on the server; it is not kept in the conversation"
 
 
@@ -98,6 +102,7 @@ class Session:
         )
         self.control = ClientControl(self, settings)
         self._answer: Answer | None = None
+        self._told_state = TurnState.LISTENING  # the state the client was last told (AgentState)
         self._input_seen = False
         self.closed = False
         self._answer_number = 0
@@ -279,7 +284,14 @@ class Session:
                 self._unreported_end = ended
         if answer.task is not None:
             answer.task.cancel()
+        self._tell_state()
         return answer.task
+
+    def _tell_state(self) -> None:
+        """Tell the client what the agent does now, if that changed since it was last told."""
+        if (state := self.state) is not self._told_state:
+            self._told_state = state
+            self.emit(AgentState(SHOWN_STATE[state]))
 
     def commit(self, turn: UserTurn) -> None:
         if self.listener.turn is turn:
@@ -295,7 +307,7 @@ class Session:
             log.debug("session %s: ignoring %.0f ms of speech over the agent", self.id, turn.speech_ms)
             self.interruptions.ignored(turn)
             turn.drop_prepared()
-            self.reply.resume("the speech over it ended without an interruption")
+            self.reply.resume(USER_HOLDS, "the speech over it ended without an interruption")
             if turn.barge_check is None:
                 self.interruptions.check_short(turn)  # which commits it if it interrupts
             return
@@ -312,6 +324,7 @@ class Session:
         self.control.answer_begins()
         answer = self._answer = Answer(None) if turn is None else Answer(turn.start, turn.id)
         answer.task = asyncio.create_task(run(answer))
+        self._tell_state()
 
     async def _respond(self, answer: Answer, turn: UserTurn, metrics: TurnMetrics) -> None:
         try:
@@ -337,12 +350,14 @@ class Session:
             text = heard
         if self.interruptions.not_for_agent(turn, text):
             self._answer = None
+            self._tell_state()
             return
         self.emit(Transcript("user", text, final=True))
         if self.agent is not None:
             self.agent.user_turn(text, (turn.speech_start / PIPELINE_RATE, turn.last_speech / PIPELINE_RATE))
         if not self.control.turn_detection.create_response:
             self._answer = None
+            self._tell_state()
             self.control.add_input(text)  # answered when the client asks for a response
             return
         if typed := self.control.take_ready_input():  # text the client added since the last answer comes first
@@ -396,7 +411,8 @@ class Session:
         number = answer.number = self._answer_number
         self.control.playing(number, reply)
         self.emit(ResponseStarted(number))
-        reply.resume("its answer is the one playing")
+        self._tell_state()
+        reply.resume(Hold.PREPARED, "its answer is the one playing")
         if self.agent is not None:
             self.agent.release(reply.turn)
         failed = False
@@ -418,6 +434,7 @@ class Session:
             self._remember(reply, reply.text, failed=failed, calls=calls)
             self._answer = None
             self.emit(ResponseEnded(number, "failed" if failed else "completed"))
+            self._tell_state()
             self.control.answer_done()
             # Apologize for a failed answer to the user; never for fixed words, so no loop.
             if failed and reply.user_text:

@@ -151,10 +151,13 @@ def as_tool(
     )
 
 
-def _is_context(hint: Any) -> bool:
-    from .agent import CallContext  # the agent module imports this one
+class ToolContext:
+    """What a tool parameter annotated with a subclass of this gets instead of a model's argument: the call's
+    context (:class:`~voice_agent.agent.CallContext`, whose module builds on this one)."""
 
-    return hint is CallContext
+
+def _is_context(hint: Any) -> bool:
+    return isinstance(hint, type) and issubclass(hint, ToolContext)
 
 
 def _json_safe(value: Any) -> bool:

@@ -12,24 +12,59 @@ check finds to be the user's words withdraws it all the same.
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterable
+from typing import Protocol
 
-from .answer import TurnState
-from .protocols.events import Clear, Metrics, TurnIgnored
+from .answer import Answer, TurnState
+from .config import Settings
+from .holds import Hold
+from .protocols.events import TURN_DETECTED, Clear, Metrics, OutputEvent, TurnIgnored
+from .reply import Reply
 from .user_turn import UserTurn
-
-if TYPE_CHECKING:
-    from .session import Session
 
 log = logging.getLogger(__name__)
 
 
+def held_at_onset(answer: Answer | None) -> bool:
+    """Whether a speech window in the grace, before it made a turn, paused ``answer``."""
+    return answer is not None and answer.reply is not None and Hold.GRACE_ONSET in answer.reply.holds
+
+
+class EchoWatch(Protocol):
+    @property
+    def echo_comes_back(self) -> bool: ...
+
+
+class GraceFloor(Protocol):
+    """What the graceful way out reads of the session, and how it cancels the answer."""
+
+    id: str
+    settings: Settings
+    clock: Callable[[], float]
+    emit: Callable[[OutputEvent], None]
+
+    @property
+    def interruptions(self) -> EchoWatch: ...
+
+    @property
+    def answer(self) -> Answer | None: ...
+
+    @property
+    def reply(self) -> Reply | None: ...
+
+    @property
+    def state(self) -> TurnState: ...
+
+    def cancel_answer(self, report: bool = True, reason: str = TURN_DETECTED) -> asyncio.Task | None: ...
+
+
 class TurnMerge:
-    def __init__(self, session: Session):
+    def __init__(self, session: GraceFloor):
         self._session = session
         self.overlap_ms_total = 0.0  # agent voice heard by a user who was not done, over the session
+        self._grace_taken: Answer | None = None  # the user went on within its grace: their turn may withdraw it
 
     def begin_turn(self, start: int) -> tuple[int, bool]:
         """Speech from sample ``start``: where its turn really starts, and whether it is over the agent."""
@@ -43,13 +78,13 @@ class TurnMerge:
                 session.emit(TurnIgnored(answer.turn_id, merged=True))
             # The client hears of the new turn first, then of the answer it cancelled (Session.announce).
             session.cancel_answer(report=False)
-        elif self._in_grace() or (answer is not None and answer.paused_at_onset):
+        elif self._in_grace() or held_at_onset(answer):
             # The user goes on right after the agent began: they were only pausing.
             # Silent at once; if it is words, the answer is withdrawn (withdraw).
             assert answer is not None and answer.reply is not None
-            answer.reply.pause("the user went on within the grace")
-            answer.grace_taken = True
-            answer.paused_at_onset = False  # this turn took it: a later one is past the grace
+            answer.reply.pause(Hold.TURN, "the user went on within the grace")
+            answer.reply.holds.hand_over(Hold.GRACE_ONSET, Hold.TURN)  # this turn took the onset's pause over
+            self._grace_taken = answer
         return start, session.state is TurnState.SPEAKING
 
     def speech_begins(self) -> bool:
@@ -57,24 +92,28 @@ class TurnMerge:
         (--vad-min-speech-ms): what the user hears of it, if they go on, is that much shorter. Whether the
         answer is paused at this onset, by this or an earlier window."""
         answer = self._session.answer
-        if answer is None or answer.paused_at_onset:
+        if answer is None or held_at_onset(answer):
             return answer is not None
         if not self._in_grace():
             return False
         assert answer.reply is not None
         if answer.reply.paused:
             return False  # paused for something else, which will resume it
-        answer.reply.pause("speech began within the grace")
-        answer.paused_at_onset = True
+        answer.reply.pause(Hold.GRACE_ONSET, "speech began within the grace")
         return True
 
     def speech_faded(self) -> None:
         """The speech that paused the answer made no turn (a click, a breath): the answer goes on."""
         answer = self._session.answer
-        if answer is not None and answer.paused_at_onset:
-            answer.paused_at_onset = False
-            if answer.reply is not None:
-                answer.reply.resume("the speech in the grace made no turn")
+        if held_at_onset(answer):
+            assert answer is not None and answer.reply is not None
+            answer.reply.resume(Hold.GRACE_ONSET, "the speech in the grace made no turn")
+
+    def take_grace(self, answer: Answer) -> bool:
+        """Whether the user went on within ``answer``'s grace: true once, for the turn that did, which may
+        withdraw it."""
+        taken, self._grace_taken = self._grace_taken is answer, None
+        return taken
 
     def _in_grace(self) -> bool:
         """Whether speech now means the user was not done: within the grace of the answer's first audio, in a

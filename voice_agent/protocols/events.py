@@ -249,6 +249,14 @@ class Clear:
 
 
 @dataclass(frozen=True)
+class AgentState:
+    """What the agent does now, told each time it changes: "listening", "thinking" (a turn is committed, its
+    answer is being prepared) or "speaking" (its answer is the one the user hears, paused or not)."""
+
+    state: str
+
+
+@dataclass(frozen=True)
 class Mark:
     """Sent after a chunk's audio; the client echoes it once that audio has played."""
 
@@ -408,6 +416,7 @@ OutputEvent = (
     AgentAudio
     | Transcript
     | Clear
+    | AgentState
     | Mark
     | Metrics
     | Error

@@ -23,6 +23,7 @@ from .client_options import (
 )
 from .events import (
     AgentAudio,
+    AgentState,
     AudioReceived,
     CallEnded,
     CallTransferred,
@@ -158,6 +159,8 @@ class NativeProtocol:
             return _json(type="transcript", role=event.role, text=event.text, final=event.final)
         if isinstance(event, Clear):
             return _json(type="clear")
+        if isinstance(event, AgentState):
+            return _json(type="agent_state", state=event.state)
         if isinstance(event, Mark):
             return _json(type="mark", name=event.name)
         if isinstance(event, Metrics):

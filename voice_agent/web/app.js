@@ -201,6 +201,9 @@ function receive(message) {
     case "clear":
       audio?.clear();
       break;
+    case "agent_state": // listening, thinking or speaking: for a stylesheet to show
+      ui.status.dataset.agent = message.state;
+      break;
     case "metrics":
       showMetrics(message);
       break;

@@ -16,13 +16,10 @@ from __future__ import annotations
 import enum
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from .pause_habit import PauseHabit
 from .speech_act import SpeechAct, hands_over, speech_act
-
-if TYPE_CHECKING:
-    from .turn_model import TurnModel
 
 # Words after which a speaker almost always goes on, even when Whisper has
 # already put a full stop after them ("I'd like a table for."). Whisper writes
@@ -230,6 +227,12 @@ def signals_agree_it_is_over(signals: TurnSignals) -> bool:
     return (logprob is None or logprob >= finished) and (audio is None or audio >= AUDIO_FINISHED)
 
 
+class SilenceModel(Protocol):
+    """What the detector asks of a fitted end-of-turn model (``turn_model.TurnModel``)."""
+
+    def silence_for(self, signals: TurnSignals, probability: float) -> float: ...
+
+
 class TurnDetector:
     """How much silence ends the turn: the fitted model's (``cut_in_cost`` given), or the rules' levels."""
 
@@ -243,7 +246,7 @@ class TurnDetector:
         telling_ms: int | None = None,
         habit: PauseHabit | None = None,
         cut_in_cost: float | None = None,
-        model: TurnModel | None = None,
+        model: SilenceModel | None = None,
     ):
         self._silence_ms = {
             Completeness.COMPLETE: complete_ms,

@@ -11,7 +11,14 @@ import pytest
 from voice_agent.audio import PIPELINE_RATE
 from voice_agent.config import Settings
 from voice_agent.echo_canceller import FRAME, EchoCanceller, input_canceller
-from voice_agent.protocols.events import AgentAudio, Clear, ProtocolError, SessionStarted
+from voice_agent.protocols.events import (
+    AgentAudio,
+    Clear,
+    ProtocolError,
+    SessionConfig,
+    SessionStarted,
+    SessionUpdate,
+)
 from voice_agent.protocols.native import NativeProtocol
 
 RATE = PIPELINE_RATE
@@ -171,4 +178,41 @@ async def test_a_client_that_cancels_echo_itself_turns_auto_off(setting, kept):
     h = Harness(echo_cancellation=setting)
     h.session.handle(SessionStarted(RATE, {"echo_cancelled": True}))
     assert (h.session.listener.echo_canceller is not None) is kept
+    await h.session.close()
+
+
+def rms(samples: np.ndarray) -> float:
+    return float(np.sqrt(np.mean(samples**2)))
+
+
+async def test_a_sessions_noise_suppression_is_its_clients_choice():
+    from tests.test_session import Harness
+
+    h = Harness()  # the server suppresses no noise, cancels no echo
+    assert h.session.listener.echo_canceller is None
+    h.session.handle(SessionUpdate(noise_suppression=True))
+    canceller = h.session.listener.echo_canceller
+    assert isinstance(canceller, EchoCanceller) and canceller.suppresses_noise and not canceller.cancels_echo
+    assert h.of(SessionConfig)[-1].noise_suppression is True
+    hiss = (np.random.default_rng(1).standard_normal(RATE) * 0.05).astype(np.float32)
+    await h.feed(hiss, realtime=False)
+    timeline = h.session.listener.timeline
+    heard = timeline.slice(timeline.received - RATE // 4, timeline.received)
+    assert len(heard) == RATE // 4 and rms(heard) < rms(hiss) / 2  # WebRTC's NS took out more than 6 dB
+    h.session.handle(SessionUpdate(noise_suppression=False))
+    assert h.session.listener.echo_canceller is None and h.of(SessionConfig)[-1].noise_suppression is False
+    await h.session.close()
+
+
+@pytest.mark.parametrize(("setting", "echo"), [("on", True), ("auto", False)])
+async def test_noise_suppression_keeps_echo_cancellation_as_the_settings_decide(setting, echo):
+    from tests.test_session import Harness
+
+    h = Harness(echo_cancellation=setting, noise_suppression=1)
+    h.session.handle(SessionStarted(RATE, {"echo_cancelled": True}))
+    h.session.handle(SessionUpdate(noise_suppression=False))
+    assert (h.session.listener.echo_canceller is not None) is echo
+    h.session.handle(SessionUpdate(noise_suppression=True))
+    canceller = h.session.listener.echo_canceller
+    assert isinstance(canceller, EchoCanceller) and canceller.suppresses_noise and canceller.cancels_echo is echo
     await h.session.close()

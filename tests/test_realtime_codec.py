@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import dataclasses
 import json
 
 import numpy as np
@@ -270,6 +271,14 @@ def errors_of(events) -> list[ProtocolError]:
             "invalid_value",
         ),
         ('{"type": "session.update", "session": {"max_output_tokens": 0}, "event_id": "x"}', "invalid_value"),
+        (
+            '{"type": "session.update", "session": {"audio": {"input": {"noise_reduction": {"type": "loud"}}}}, "event_id": "x"}',
+            "invalid_value",
+        ),
+        (
+            '{"type": "session.update", "session": {"input_audio_noise_reduction": "near_field"}, "event_id": "x"}',
+            "invalid_value",
+        ),
         ('{"type": "session.update", "session": {"voice": 7}, "event_id": "x"}', "invalid_value"),
         ('{"type": "session.update", "session": {"output_modalities": ["text"]}, "event_id": "x"}', "unsupported"),
         (
@@ -571,12 +580,13 @@ def test_a_committed_turn_merged_into_the_next_is_deleted():
 # Field names and values of the protocol, so that random messages reach deep into the handlers.
 _names = st.sampled_from(
     "session audio item response item_id audio_end_ms event_id input output format type rate voice "
-    "turn_detection threshold silence_duration_ms prefix_padding_ms eagerness create_response "
+    "turn_detection threshold silence_duration_ms prefix_padding_ms eagerness create_response noise_reduction "
     "interrupt_response instructions max_output_tokens output_modalities tools content text role id "
     "input_audio_format conversation".split()
 )
 _words = st.sampled_from(
-    "realtime audio/pcm audio/pcmu pcm16 g711_ulaw server_vad semantic_vad high message user input_text inf".split()
+    "realtime audio/pcm audio/pcmu pcm16 g711_ulaw server_vad semantic_vad high message user input_text inf "
+    "near_field far_field".split()
 )
 _json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=20) | _words,
@@ -851,3 +861,29 @@ def test_deleting_an_item_names_its_answer_and_forgets_it():
     assert error.code == "item_not_found"
     (error,) = receive(codec, type="conversation.item.delete", item_id=item_id)
     assert error.code == "item_not_found"
+
+
+def test_noise_reduction_turns_noise_suppression_on_or_off_and_is_told_back():
+    codec = RealtimeProtocol()
+    send(codec, CONFIG)
+    far = {"audio": {"input": {"noise_reduction": {"type": "far_field"}}}}
+    (update,) = receive(codec, type="session.update", session=far)
+    assert update == SessionUpdate(noise_suppression=True)
+    (updated,) = send(codec, dataclasses.replace(CONFIG, noise_suppression=True))
+    assert updated["session"]["audio"]["input"]["noise_reduction"] == {"type": "far_field"}
+    (update,) = receive(codec, type="session.update", session={"input_audio_noise_reduction": None})  # the beta's name
+    assert update == SessionUpdate(noise_suppression=False)
+    (updated,) = send(codec, CONFIG)
+    assert updated["session"]["audio"]["input"]["noise_reduction"] is None
+    (update,) = receive(codec, type="session.update", session={"type": "realtime"})
+    assert update.noise_suppression is None  # left as it is
+    bad = {"audio": {"input": {"noise_reduction": {"type": "studio"}, "turn_detection": None}}}
+    error, update = receive(codec, type="session.update", session=bad, event_id="e")
+    assert error.code == "invalid_value" and "noise_reduction" in error.message and error.event_id == "e"
+    assert update.noise_suppression is None and update.turn_detection.mode == MANUAL  # the rest applies
+
+
+def test_a_server_that_suppresses_noise_says_so_in_session_created():
+    codec = RealtimeProtocol()
+    (created,) = send(codec, dataclasses.replace(CONFIG, noise_suppression=True))
+    assert created["session"]["audio"]["input"]["noise_reduction"] == {"type": "near_field"}

@@ -311,6 +311,8 @@ class ClientControl:
             self._set_turn_detection(event.turn_detection)
         if event.max_output_tokens is not None:
             session.replies.max_output_tokens = event.max_output_tokens
+        if event.noise_suppression is not None:
+            session.listener.suppress_noise(event.noise_suppression)
         if event.tools is not None or event.tool_choice is not None:
             offer = self._tool_offer(event.tools, event.tool_choice, event.event_id)
             if offer is not None:
@@ -325,6 +327,7 @@ class ClientControl:
                 session.sample_rate,
                 self.tools,
                 self.tool_choice,
+                session.listener.noise_suppression,
             )
         )
 

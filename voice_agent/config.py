@@ -248,7 +248,11 @@ class Settings:
         ("auto", "on", "off"),
     )
     noise_suppression: int = _opt(
-        0, "1: WebRTC's noise suppression on the input, before the VAD and STT hear it.", "turn", (0, 1)
+        0,
+        "1: WebRTC's noise suppression on the input, before the VAD and STT hear it. A Realtime client's "
+        "noise_reduction turns it on or off for its own session.",
+        "turn",
+        (0, 1),
     )
 
     # LLM

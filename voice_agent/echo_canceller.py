@@ -35,6 +35,7 @@ class EchoCanceller:
 
     def __init__(self, echo_cancellation: bool = True, noise_suppression: bool = False):
         self.cancels_echo = echo_cancellation
+        self.suppresses_noise = noise_suppression
         self._apm = AudioProcessingModule(echo_cancellation=echo_cancellation, noise_suppression=noise_suppression)
         self._input = np.zeros(0, np.float32)  # input short of a frame, carried to the next call
         self._played = np.zeros(0, np.float32)  # output sent to the client, not yet played
@@ -76,13 +77,17 @@ class EchoCanceller:
         return frame if len(frame) == FRAME else np.concatenate([frame, np.zeros(FRAME - len(frame), np.float32)])
 
 
-def input_canceller(settings: Settings, client_cancels_echo: bool = False) -> EchoCanceller | None:
+def input_canceller(
+    settings: Settings, client_cancels_echo: bool = False, noise_suppression: bool | None = None
+) -> EchoCanceller | None:
     """The canceller ``settings`` ask for, or None. ``client_cancels_echo``: the client said its input is
-    echo-cancelled already (a browser's own canceller), which turns off ``auto``."""
+    echo-cancelled already (a browser's own canceller), which turns off ``auto``. ``noise_suppression``: the
+    session's own choice (a Realtime client's ``noise_reduction``); None: the settings'."""
     echo = settings.echo_cancellation == "on" or (settings.echo_cancellation == "auto" and not client_cancels_echo)
-    if not echo and not settings.noise_suppression:
+    noise = bool(settings.noise_suppression) if noise_suppression is None else noise_suppression
+    if not echo and not noise:
         return None
-    return EchoCanceller(echo, bool(settings.noise_suppression))
+    return EchoCanceller(echo, noise)
 
 
 def _frame(samples: np.ndarray) -> AudioFrame:

@@ -131,6 +131,8 @@ class Listener:
         self.turn_ids = itertools.count(1)  # shared with turns typed as text
         self._resampler = input_resampler(self.sample_rate)
         self.echo_canceller = input_canceller(settings)  # None: the input goes to the VAD as it comes
+        self._client_cancels_echo = False
+        self.noise_suppression = bool(settings.noise_suppression)
         self._vad = vad
         self._stt = stt
         self._emit = emit
@@ -180,7 +182,15 @@ class Listener:
 
     def client_cancels_echo(self) -> None:
         """The client's input is echo-cancelled already: ``--echo-cancellation auto`` leaves it alone."""
-        self.echo_canceller = input_canceller(self.settings, client_cancels_echo=True)
+        self._client_cancels_echo = True
+        self.echo_canceller = input_canceller(self.settings, True, self.noise_suppression)
+
+    def suppress_noise(self, on: bool) -> None:
+        """This session's own noise suppression, echo cancellation as before. A new canceller converges on
+        the echo path again over the first seconds of output: clients choose it as they start."""
+        if on != self.noise_suppression:
+            self.noise_suppression = on
+            self.echo_canceller = input_canceller(self.settings, self._client_cancels_echo, on)
 
     def set_sample_rate(self, rate: int) -> None:
         self.sample_rate = rate

@@ -118,6 +118,7 @@ class SessionUpdate:
     max_output_tokens: int | None = None  # NO_TOKEN_LIMIT: the server's own limit
     tools: ToolSchemas | None = None  # the client's functions, for every answer
     tool_choice: ToolChoice | None = None
+    noise_suppression: bool | None = None  # WebRTC's noise suppression on this session's input
 
 
 @dataclass(frozen=True)
@@ -303,6 +304,7 @@ class SessionConfig:
     sample_rate: int
     tools: ToolSchemas = ()
     tool_choice: ToolChoice = AUTO
+    noise_suppression: bool = False
 
 
 @dataclass(frozen=True)

@@ -141,6 +141,8 @@ class RealtimeProtocol:
         self.input_format = PCM
         self.output_format = PCM
         self.session_rate = PCM.rate  # the rate of the session's audio, both ways
+        # Both types are the same WebRTC noise suppression: the client's own is told back while it is on.
+        self.noise_reduction = "near_field"
         self._ids = itertools.count(1)
         self.session_id = self._id("sess")
         self._created = False
@@ -218,6 +220,15 @@ class RealtimeProtocol:
                 update["turn_detection"] = fields.turn_detection(value)
             except Invalid as invalid:
                 errors.append(ProtocolError(invalid.code, f"turn_detection: {invalid.message}", event_id))
+        given, value = field_of(audio_in, "noise_reduction", "input_audio_noise_reduction")
+        if given:
+            try:
+                kind = fields.noise_reduction(value)
+            except Invalid as invalid:
+                errors.append(ProtocolError(invalid.code, f"noise_reduction: {invalid.message}", event_id))
+            else:
+                update["noise_suppression"] = kind is not None
+                self.noise_reduction = kind or self.noise_reduction
         if "instructions" in session:
             instructions, refused = self._instructions(session["instructions"], event_id)
             errors += refused
@@ -702,7 +713,7 @@ class RealtimeProtocol:
                 "input": {
                     "format": self.input_format.describe(),
                     "transcription": {"model": "whisper"},
-                    "noise_reduction": None,
+                    "noise_reduction": {"type": self.noise_reduction} if config.noise_suppression else None,
                     "turn_detection": fields.describe_turn_detection(config.turn_detection),
                 },
                 "output": {"format": self.output_format.describe(), "voice": config.voice, "speed": 1.0},

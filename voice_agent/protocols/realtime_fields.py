@@ -1,6 +1,6 @@
 """The values of the OpenAI Realtime protocol's client events, checked and mapped onto ours.
 
-Audio formats, turn detection, token limits and function tools, as
+Audio formats, turn detection, noise reduction, token limits and function tools, as
 :mod:`voice_agent.protocols.realtime` reads them from ``session.update``,
 ``response.create`` and ``conversation.item.create``, and writes them back in
 ``session.created``/``session.updated``. A value that cannot be used raises
@@ -43,6 +43,7 @@ from .events import (
 MAX_TOKENS = 4096  # the Realtime API's own bound on max_output_tokens
 EAGERNESS = ("low", "medium", "high", "auto")
 IDLE_TIMEOUT_MS = (5_000, 30_000)  # the Realtime API's own bounds
+NOISE_REDUCTION = ("near_field", "far_field")
 # The client's functions go into every prompt: a bound on them, and on each output that enters the history.
 MAX_TOOLS = 64
 MAX_TOOLS_CHARS = 32_000
@@ -163,6 +164,16 @@ def _whole(value: dict[str, Any], name: str, low: int, high: int) -> int | None:
     if isinstance(number, bool) or not isinstance(number, int) or not low <= number <= high:
         raise Invalid("invalid_value", f"{name} must be a whole number from {low} to {high}")
     return number
+
+
+def noise_reduction(value: Any) -> str | None:
+    """The noise reduction type asked for, or None for none."""
+    if value is None:
+        return None
+    kind = value.get("type") if isinstance(value, dict) else None
+    if kind not in NOISE_REDUCTION:
+        raise Invalid("invalid_value", "must be {'type': 'near_field'}, {'type': 'far_field'} or null")
+    return kind
 
 
 def max_tokens(value: Any) -> int:

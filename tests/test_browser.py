@@ -164,7 +164,8 @@ def test_spoken_question_gets_a_spoken_answer(server, chromium, playwright, ques
         browser.close()
 
     assert overflow <= 0, f"the page is {overflow}px wider than a 390px phone screen"
-    assert traffic.sent_json[0] == {"type": "start", "sample_rate": 16000}
+    # The browser's own echo canceller is on (getUserMedia's echoCancellation), and the page says so.
+    assert traffic.sent_json[0] == {"type": "start", "sample_rate": 16000, "echo_cancelled": True}
     assert len(traffic.sent_audio_sizes) > 100 and set(traffic.sent_audio_sizes) == {640}, (
         "20 ms PCM16 frames at 16 kHz"
     )
@@ -254,7 +255,9 @@ def test_dropped_connection_reconnects(server, chromium, playwright, question_wa
     finally:
         browser.close()
     assert len(connections) == 2
-    assert traffic.sent("start") and all(m == {"type": "start", "sample_rate": 16000} for m in traffic.sent("start"))
+    assert traffic.sent("start") and all(
+        m == {"type": "start", "sample_rate": 16000, "echo_cancelled": True} for m in traffic.sent("start")
+    )
 
 
 def test_auth_token_goes_from_the_page_url_to_the_websocket(chromium, playwright, question_wav):

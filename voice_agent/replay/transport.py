@@ -78,6 +78,8 @@ class NativeClientCodec:
             return [Metrics({k: v for k, v in data.items() if k != "type"})]
         if kind == "error":
             return [Error(str(data.get("code")), str(data.get("message")))]
+        if kind == "agent_state":
+            return []  # the replay times turns from the audio and transcripts themselves
         return [Error("unknown_type", f"agent sent an unknown message type {kind!r}")]
 
 

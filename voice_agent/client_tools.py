@@ -23,7 +23,7 @@ from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .llm.base import LLMBackend, Message, ToolCall
+from .llm.base import LLMBackend, LLMWrapper, Message, ToolCall
 from .protocols.events import AUTO, ToolChoice, ToolSchemas, names_of
 
 WAITING = json.dumps({"status": "waiting for the client's result"})
@@ -79,15 +79,14 @@ class ClientCalls:
         self._waiting.clear()
 
 
-class ClientToolTurn:
+class ClientToolTurn(LLMWrapper):
     """The LLM of one answer offered the client's functions: its text, then the calls the model makes.
 
     Only for a backend that can call tools (``supports_tools``), which takes ``tool_choice`` too."""
 
     def __init__(self, llm: LLMBackend, offer: ToolOffer):
-        self._llm = llm
+        super().__init__(llm)
         self._offer = offer
-        self.name = llm.name
 
     async def stream_chat(self, messages: list[Message], tools: Any = None) -> AsyncGenerator[str | ToolCall, None]:
         llm: Any = self._llm  # OpenAICompatBackend: the one backend that calls tools
@@ -95,15 +94,3 @@ class ClientToolTurn:
         async with contextlib.aclosing(stream):
             async for item in stream:
                 yield item
-
-    async def prefill(self, messages: list[Message]) -> None:
-        await self._llm.prefill(messages)
-
-    async def end_of_turn_logprob(self, messages: list[Message], *, answering: bool = False) -> float | None:
-        return await self._llm.end_of_turn_logprob(messages, answering=answering)
-
-    async def warm_up(self) -> None:
-        await self._llm.warm_up()
-
-    async def close(self) -> None:
-        pass  # the backend is shared: its owner closes it

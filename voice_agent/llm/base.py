@@ -88,3 +88,24 @@ class LLMBackend(Protocol):
 def supports_tools(llm: object) -> bool:
     """Whether ``llm`` turns a model's tool calls into :class:`ToolCall` items (``supports_tools`` attribute)."""
     return bool(getattr(llm, "supports_tools", False))
+
+
+class LLMWrapper:
+    """A backend around a shared one (one answer's limits or offers): everything but ``stream_chat`` goes to
+    the inner backend, and closing the wrapper leaves the shared backend to its owner."""
+
+    def __init__(self, llm: LLMBackend):
+        self._llm = llm
+        self.name = llm.name
+
+    async def prefill(self, messages: list[Message]) -> None:
+        await self._llm.prefill(messages)
+
+    async def end_of_turn_logprob(self, messages: list[Message], *, answering: bool = False) -> float | None:
+        return await self._llm.end_of_turn_logprob(messages, answering=answering)
+
+    async def warm_up(self) -> None:
+        await self._llm.warm_up()
+
+    async def close(self) -> None:
+        pass

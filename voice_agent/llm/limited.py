@@ -10,14 +10,13 @@ import contextlib
 from collections.abc import AsyncGenerator
 from typing import Any
 
-from .base import LLMBackend, Message
+from .base import LLMBackend, LLMWrapper, Message
 
 
-class TokenLimited:
+class TokenLimited(LLMWrapper):
     def __init__(self, llm: LLMBackend, limit: int):
-        self._llm = llm
+        super().__init__(llm)
         self._limit = limit
-        self.name = llm.name
 
     async def stream_chat(
         self, messages: list[Message], tools: list[dict[str, Any]] | None = None
@@ -32,15 +31,3 @@ class TokenLimited:
                 count += 1
                 if count >= self._limit:
                     return
-
-    async def prefill(self, messages: list[Message]) -> None:
-        await self._llm.prefill(messages)
-
-    async def end_of_turn_logprob(self, messages: list[Message], *, answering: bool = False) -> float | None:
-        return await self._llm.end_of_turn_logprob(messages, answering=answering)
-
-    async def warm_up(self) -> None:
-        await self._llm.warm_up()
-
-    async def close(self) -> None:
-        pass  # the backend is shared: its owner closes it

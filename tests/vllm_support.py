@@ -8,7 +8,6 @@ import re
 import subprocess
 import time
 import urllib.request
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -16,16 +15,10 @@ import pytest
 from tests.conftest import ARTIFACTS, ROOT, free_port
 from tests.speech import silence, speech
 from tests.wsclient import NativeClient
+from voice_agent.topology import VLLM_ENV, VLLM_PYTHON, vllm_serve_command
 
-VLLM_PYTHON = ROOT / ".venv-vllm" / "bin" / "python"
-
-# Small enough for a 2-core, shared CI machine: 1 GiB of KV cache, no
-# compilation (starts in tens of seconds instead of minutes), no hub access.
-VLLM_ENV = {"HF_HUB_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": "1"}
 GREEDY = ("--llm-temperature", "0")
-# float32: in bfloat16 on a Xeon with AMX, vLLM's CPU build answered "What is the capital of France?" with
-# "L'Étoile, la Marseillaise, la femme au martyre..." at temperature 0; in float32, "Paris".
-DTYPE = "float32"
+DTYPE = "float32"  # as vllm_serve_command's, for the same reason
 ENGINE_ARGS = ("--llm-dtype", DTYPE, "--llm-enforce-eager", *GREEDY)
 
 
@@ -39,48 +32,15 @@ def require_vllm() -> None:
     pytest.skip(message)
 
 
-def embedded_model_dir() -> Path:
-    """The converted SmolLM2 folder that scripts/setup-vllm left in the cache."""
-    from voice_agent.llm.model_cache import cache_dir
-    from voice_agent.llm.vllm_engine import EMBEDDED_MODEL_NAME
-
-    folder = cache_dir() / EMBEDDED_MODEL_NAME
-    if not (folder / "config.json").exists():
-        pytest.fail(f"{folder} is missing: run scripts/setup-vllm")
-    return folder
-
-
 def start_vllm_serve(timeout: float = 600.0):
     """A real `vllm serve` (the OpenAI-compatible server) on loopback; returns (process, base URL, log file)."""
     port = free_port()
     ARTIFACTS.mkdir(exist_ok=True)
     log_path = ARTIFACTS / f"vllm-serve-{port}.log"
     log_file = open(log_path, "w")
-    # The vllm-cpu distribution's `vllm` command cannot find its own metadata; the module works.
     process = subprocess.Popen(
-        [
-            str(VLLM_PYTHON),
-            "-m",
-            "vllm.entrypoints.openai.api_server",
-            "--model",
-            str(embedded_model_dir()),
-            "--served-model-name",
-            "smollm2",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--dtype",
-            DTYPE,
-            "--max-model-len",
-            "2048",
-            "--enforce-eager",
-            "--enable-prefix-caching",
-            # Tool calls as a deployment would serve them; a named tool_choice needs a parser set.
-            "--enable-auto-tool-choice",
-            "--tool-call-parser",
-            "hermes",
-        ],
+        # Tool calls as a deployment would serve them; a named tool_choice needs a parser set.
+        [*vllm_serve_command(port), "--enable-auto-tool-choice", "--tool-call-parser", "hermes"],
         stdout=log_file,
         stderr=subprocess.STDOUT,
         env={**os.environ, **VLLM_ENV},

@@ -137,8 +137,8 @@ class Topology:
         if not self.llm_port:
             return
         if self.llm == "vllm":
-            command = [str(VLLM_PYTHON), "-m", "vllm.entrypoints.openai.api_server", *vllm_args(self.llm_port)]
-            env = {**os.environ, "HF_HUB_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": "1"}
+            command = vllm_serve_command(self.llm_port)
+            env = {**os.environ, **VLLM_ENV}
         elif self.llm == "standin":
             command = [sys.executable, "-m", "voice_agent.llm.standin_server", "--host", "127.0.0.1"]
             command += ["--port", str(self.llm_port), *self.llm_args]
@@ -243,8 +243,14 @@ class Topology:
         self.close()
 
 
-def vllm_args(port: int) -> list[str]:
-    """`vllm serve` of the embedded SmolLM2 (converted by scripts/setup-vllm), small enough for a CPU."""
+# Small enough for a 2-core machine: 1 GiB of KV cache; and no hub access.
+VLLM_ENV = {"HF_HUB_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": "1"}
+
+
+def vllm_serve_command(port: int) -> list[str]:
+    """`vllm serve` of the embedded SmolLM2 (converted by scripts/setup-vllm), small enough for a CPU.
+
+    The vllm-cpu distribution's `vllm` command cannot find its own metadata; the module works."""
     from .llm.model_cache import cache_dir
     from .llm.vllm_engine import EMBEDDED_MODEL_NAME
 
@@ -252,6 +258,9 @@ def vllm_args(port: int) -> list[str]:
     if not VLLM_PYTHON.exists() or not (model / "config.json").exists():
         raise RuntimeError("--llm vllm needs .venv-vllm and the converted model: run scripts/setup-vllm")
     return [
+        str(VLLM_PYTHON),
+        "-m",
+        "vllm.entrypoints.openai.api_server",
         "--model",
         str(model),
         "--served-model-name",
@@ -261,6 +270,8 @@ def vllm_args(port: int) -> list[str]:
         "--port",
         str(port),
         "--dtype",
+        # In bfloat16 on a Xeon with AMX, vLLM's CPU build answered "What is the capital of France?" with
+        # "L'Étoile, la Marseillaise, la femme au martyre..." at temperature 0; in float32, "Paris".
         "float32",
         "--max-model-len",
         "2048",

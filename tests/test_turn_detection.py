@@ -1,5 +1,7 @@
 """A client's turn detection mapped onto the session's settings: pure."""
 
+import dataclasses
+
 from voice_agent.config import Settings
 from voice_agent.protocols.events import MANUAL, SEMANTIC_VAD, SERVER_VAD, TurnDetection
 from voice_agent.turn_detection import turn_taking
@@ -46,8 +48,9 @@ def test_manual_turns_and_no_automatic_answers_prepare_nothing():
 
 
 def test_a_client_silence_selects_the_rules_and_eagerness_scales_the_cut_in_cost():
-    assert turn_taking(BASE, TurnDetection(silence_ms=500)).settings.turn_decision == "rules"
-    assert turn_taking(BASE, TurnDetection()).settings.turn_decision == "learned"
+    learned = dataclasses.replace(BASE, turn_decision="learned")  # a server that runs the fitted model
+    assert turn_taking(learned, TurnDetection(silence_ms=500)).settings.turn_decision == "rules"
+    assert turn_taking(learned, TurnDetection()).settings.turn_decision == "learned"
     high = turn_taking(BASE, TurnDetection(SEMANTIC_VAD, eagerness="high")).settings
     low = turn_taking(BASE, TurnDetection(SEMANTIC_VAD, eagerness="low")).settings
     assert high.cut_in_cost < BASE.cut_in_cost < low.cut_in_cost

@@ -128,9 +128,10 @@ class Settings:
     # each moment of a pause, and the turn ends once answering costs less than waiting; the rules are the
     # per-kind silences below, kept to compare against.
     turn_decision: str = _opt(
-        "learned",
-        "How a pause ends the turn: learned (the fitted end-of-turn model and --cut-in-cost) or rules "
-        "(a silence per kind of transcript: the --end-silence-* settings).",
+        "rules",
+        "How a pause ends the turn: rules (a silence per kind of transcript: the --end-silence-* settings) or "
+        "learned (the fitted end-of-turn model and --cut-in-cost; it holds a statement with a number, "
+        "'We will arrive at around 730.', to the 2 s fallback, see docs/endpointing.md).",
         "turn",
         ("learned", "rules"),
     )

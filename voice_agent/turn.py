@@ -165,6 +165,8 @@ class TurnSignals:
     answer: Completeness | None = None  # dialogue_state.answer_completeness: does it answer what was asked?
     audio_end_probability: float | None = None
     agent_asked: bool = False  # dialogue_state.asks_for_answer: the agent's last words asked for an answer
+    # Signals asked about these words are still out (the LLM's, Smart Turn's): see TurnDetector.
+    pending: bool = False
 
 
 def fused_completeness(signals: TurnSignals) -> Completeness:
@@ -268,9 +270,18 @@ class TurnDetector:
         )
 
     def required_silence_ms(self, signals: TurnSignals | str | None) -> int:
-        """The silence that ends the turn; a bare transcript is the words alone."""
+        """The silence that ends the turn; a bare transcript is the words alone.
+
+        Words whose signals are still out wait like words not in yet, until the signals come in or that
+        longest silence passes. Under load the transcript of a pause comes late, and its signals later still:
+        read at once, the words alone would end a pause that the signals, in time at one session, hold ("Can
+        I get a table?" the LLM calls unfinished). So the decision is taken on the evidence it would have at
+        one session, only later. Signals the decision does not read (an answer to the agent's question
+        decides alone) are not waited for."""
         if not isinstance(signals, TurnSignals):
             signals = TurnSignals(signals)
+        if signals.pending and not (signals.answer is not None and self.model is None):
+            signals = TurnSignals(None)
         if self.model is None or self.commit_probability is None:
             return self._rules_silence_ms(signals)
         longest = self._silence_ms[Completeness.INCOMPLETE]

@@ -206,6 +206,9 @@ async def test_metrics_of_a_real_server_follow_a_spoken_turn(server, ws_url):
     assert during[("process_resident_memory_bytes", ())] > 100e6  # the models are in there
     assert grew("voice_agent_stt_queue_wait_seconds_count", (("kind", "final"),)) >= 1
     assert ("voice_agent_stt_queue_depth", ()) in during
+    assert grew("voice_agent_llm_queue_wait_seconds_count", (("kind", "answer"),)) >= 1
+    assert grew("voice_agent_tts_queue_wait_seconds_count", (("kind", "chunk"),)) >= 1
+    assert ("voice_agent_llm_queue_depth", ()) in during and ("voice_agent_tts_queue_depth", ()) in during
 
 
 def test_a_session_flooding_the_log_is_cut_down_and_the_gap_is_counted():

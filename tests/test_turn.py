@@ -192,3 +192,12 @@ def test_words_whose_signals_are_still_out_wait_like_words_not_in_yet():
     # The answer to what the agent asked decides alone: nothing to wait for.
     answer = TurnSignals("Yes.", answer=Completeness.COMPLETE, pending=True)
     assert detector.required_silence_ms(answer) == 200
+
+
+def test_words_not_in_yet_wait_as_long_as_a_telling_from_a_user_who_thinks_long():
+    detector = TurnDetector()
+    detector.habit.went_on_after(2500)
+    telling = detector.required_silence_ms(TurnSignals("I have been using a demo.", end_of_turn_logprob=-3.0))
+    assert telling == 2800  # the longest pause seen, and a margin
+    assert detector.required_silence_ms(None) == telling
+    assert detector.required_silence_ms(TurnSignals("Can we sit outside?", pending=True)) == telling

@@ -8,7 +8,7 @@ levels (``fused_completeness``). ``TurnDetector`` turns them into a silence:
 by default the fitted model's (``turn_model.py``), the silence at which the
 chance that the user is done outweighs the cost of a cut-in; with
 ``--turn-decision rules``, a silence per level.
-docs/endpointing.md ("The decision") has the measurements behind the numbers.
+docs/turn-taking.md ("The decision") has the measurements behind the numbers.
 """
 
 from __future__ import annotations
@@ -208,7 +208,7 @@ def signals_agree_it_is_over(signals: TurnSignals) -> bool:
     A user who asks for something or says goodbye is waiting for the agent;
     so is one who has just answered what the agent asked for. None of the
     real meeting turns' thinking pauses came after one of these that the LLM
-    called finished (docs/endpointing.md, "The decision").
+    called finished (docs/turn-taking.md, "The decision").
     """
     if signals.transcript is None:
         return False

@@ -4,7 +4,7 @@ Its inputs are the signals the pipeline already has at a pause (``TurnSignals``)
 and the silence so far; its coefficients (``turn_model.json``) were fitted by
 ``experiments/turn_model/fit.py`` on pauses of real meeting speech (AMI, labelled
 by who speaks next) and of the endpointing eval's synthetic turns, and checked
-on recordings held out of the fit (docs/endpointing.md, "The decision").
+on recordings held out of the fit (docs/results/endpointing.md).
 
 The log of the silence enters linearly, with a slope of its own after a
 complete and after an incomplete transcript, so for one set of signals the

@@ -27,11 +27,11 @@ from prometheus_client.core import CounterMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from .protocols.events import Clear, Error, Metrics, OutputEvent
-from .wait_line import WaitLine
+from .engines.wait_line import WaitLine
 
 if TYPE_CHECKING:
-    from .engines import Engines
-    from .stt_queue import Kind, STTQueue
+    from .engines.loader import Engines
+    from .engines.stt_queue import Kind, STTQueue
 
 log = logging.getLogger(__name__)
 
@@ -236,7 +236,7 @@ class _ReportsDropped(Collector):
     """Session reports the process's post queue was too full to take (one queue per process)."""
 
     def collect(self) -> Iterable[Metric]:
-        reports = sys.modules.get("voice_agent.session_report")  # loaded only where an agent makes reports
+        reports = sys.modules.get("voice_agent.agent.session_report")  # loaded only where an agent makes reports
         yield CounterMetricFamily(
             "voice_agent_session_reports_dropped",
             "Session reports not posted because the delivery queue was full.",

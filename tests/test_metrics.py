@@ -20,10 +20,10 @@ from tests.test_stt_queue import SlowSTT
 from tests.wsclient import NativeClient
 from voice_agent import log as logs
 from voice_agent.engines.stt_queue import STTQueue
-from voice_agent.metrics import ServerMetrics
-from voice_agent.protocols.events import AgentAudio, Clear, Error, Metrics, Transcript
 from voice_agent.engines.threads import iterate_in_thread
 from voice_agent.engines.wait_line import WaitLine
+from voice_agent.metrics import ServerMetrics
+from voice_agent.protocols.events import AgentAudio, Clear, Error, Metrics, Transcript
 
 TURN = {
     "turn": 1,

@@ -26,8 +26,8 @@ from prometheus_client import (
 from prometheus_client.core import CounterMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from .protocols.events import Clear, Error, Metrics, OutputEvent
 from .engines.wait_line import WaitLine
+from .protocols.events import Clear, Error, Metrics, OutputEvent
 
 if TYPE_CHECKING:
     from .engines.loader import Engines

@@ -71,7 +71,7 @@ def over_the_phone(turn: Turn) -> Turn:
     heard = mulaw_decode(mulaw_encode(narrow)).astype(np.float32) / 32768.0
     audio = resample(heard, PHONE_RATE, turn.rate)[: len(turn.audio)]
     audio = np.pad(audio, (0, len(turn.audio) - len(audio)))
-    return dataclasses.replace(turn, name=f"{turn.name}_phone", audio=audio, tags=(*turn.tags, "phone"))
+    return dataclasses.replace(turn, name=f"{turn.name}_phone", audio=audio)
 
 
 def group_of(tags: Sequence[str]) -> str:

@@ -38,10 +38,10 @@ from typing import Any
 import numpy as np
 
 from ..config import DEFAULT_SYSTEM_PROMPT, SPOKEN_ANSWER_RULES, Settings
-from ..llm.base import Message
-from ..repetition import longest_word_run, repeated_trigram_share, spoken_words
-from ..reply import NOTHING_TO_SAY, Reply
-from ..speakable import speakable, unspeakable
+from ..engines.llm.base import Message
+from ..engines.speakable import speakable, unspeakable
+from ..reply.pipeline import NOTHING_TO_SAY, Reply
+from ..reply.repetition import longest_word_run, repeated_trigram_share, spoken_words
 
 QUESTIONS_FILE = "answers_questions.json"
 RATE = 16000
@@ -56,7 +56,8 @@ ECHO_SHARE = 0.8  # of the user's words, said back in order
 ECHO_OWN_WORDS = 1  # an echo adds at most this many words
 PROMPT_COPY_WORDS = 6
 
-# Before the spoken-answer work: the prompt, sampling and no sentence limit the server had.
+# The ``before`` setting, the baseline the defaults are compared with: a plain prompt and sampling, no sentence limit
+# (docs/results/answers.md).
 BEFORE_PROMPT = (
     "You are a friendly voice assistant in a spoken conversation. "
     "Answer in one or two short sentences of plain spoken English. "
@@ -339,7 +340,7 @@ async def answer_one(
 
 async def load_backend(setting: AnswerSetting, llm_model: str) -> Any:
     """An embedded llama.cpp backend for ``setting``, its system prompt evaluated as the server's warm-up does."""
-    from ..engines import create_llm
+    from ..engines.loader import create_llm
 
     settings = Settings(llm_model=llm_model, llm_instances=1, system_prompt=setting.system_prompt)
     llm: Any = create_llm(settings)

@@ -81,6 +81,21 @@ class Settings:
         "stt",
     )
     partial_interval_ms: int = _opt(500, "Minimum new speech between two partial transcripts.", "stt")
+    # One: with several sessions speaking at once their partials otherwise hold every worker, and
+    # the finals of those that pause wait for them and share the cores with them (stt_queue.py,
+    # docs/results/capacity.md). One session has one partial at a time anyway.
+    first_chunks_first: bool = _opt(
+        True,
+        "A reply whose first chunk is out stops generating while another session's reply waits for its first "
+        "chunk, as long as it is held or has more than 1 s of audio still to play; off: all generate at once.",
+        "llm",
+    )
+    stt_partial_workers: int = _opt(
+        1,
+        "Whisper workers that the partial transcripts of all sessions may hold at once; a partial that "
+        "would need another is dropped. At most --stt-workers.",
+        "stt",
+    )
 
     # One VAD window: the held answer's first audio, not the end-of-turn silence, is what
     # the user waits for after a question, and it cannot start before this transcript.

@@ -98,3 +98,17 @@ async def test_a_reply_that_ends_counts_as_waiting_no_more(fails):
     else:
         await asyncio.wait_for(ended.run(), 5)
     assert chunks.others_waiting("anyone") == 0
+
+
+async def test_give_way_does_not_wait_while_work_waits_for_an_llm_instance():
+    # The waiting reply may need the very instance this one holds: finishing frees it.
+    queued = [1]
+    chunks = FirstChunks(lambda: queued[0])
+    chunks.waiting("other")
+    await asyncio.wait_for(chunks.give_way("me", lambda: True), 0.01)
+    queued[0] = 0
+    waiting = asyncio.create_task(chunks.give_way("me", lambda: True))
+    await asyncio.sleep(0.1)
+    assert not waiting.done()
+    queued[0] = 1
+    await asyncio.wait_for(waiting, 0.5)

@@ -8,7 +8,8 @@ stops pulling tokens while another reply still waits for its first one, as
 long as it has audio in hand: while it is held (prepared before the turn is
 known to be over, or paused), or while more than ``ahead_s`` of its audio is
 still to be played. The LLM computes only a few tokens ahead of its reader
-(``iterate_in_thread``), so the cores go to the others meanwhile.
+(``iterate_in_thread``), so the cores go to the others meanwhile. Not while
+work waits for an LLM instance: the reply holds one, and finishing frees it.
 
 :class:`FirstChunks` only counts and wakes; :class:`~voice_agent.reply.pipeline.Reply` decides.
 """
@@ -27,7 +28,8 @@ RECHECK_S = 0.05  # how often a waiting reply looks again at its own audio in ha
 class FirstChunks:
     """The replies waiting for their first chunk."""
 
-    def __init__(self) -> None:
+    def __init__(self, llm_waiting: Callable[[], int] = lambda: 0) -> None:
+        self._llm_waiting = llm_waiting  # how much work waits for an LLM instance now
         self._waiting: set[Hashable] = set()
         self._changed: asyncio.Event | None = None  # set when one gets its first chunk; made on the serving loop
 
@@ -46,8 +48,9 @@ class FirstChunks:
         return len(self._waiting - {reply})
 
     async def give_way(self, reply: Hashable, may_wait: Callable[[], bool]) -> None:
-        """Return once no other reply waits for its first chunk, or ``may_wait()`` turns false."""
-        while self.others_waiting(reply) and may_wait():
+        """Return once no other reply waits for its first chunk, work waits for an LLM instance, or
+        ``may_wait()`` turns false."""
+        while self.others_waiting(reply) and not self._llm_waiting() and may_wait():
             if self._changed is None:
                 self._changed = asyncio.Event()
             self._changed.clear()

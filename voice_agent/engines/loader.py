@@ -31,10 +31,15 @@ class Engines:
     # call, so a test may swap the model.
     stt_queue: STTQueue = field(init=False)
     # Every session's replies: the later chunks of one give way to the first chunks of others.
-    first_chunks: FirstChunks = field(default_factory=FirstChunks)
+    first_chunks: FirstChunks = field(init=False)
 
     def __post_init__(self) -> None:
         self.stt_queue = STTQueue(lambda: self.stt)
+        self.first_chunks = FirstChunks(self._llm_waiting)
+
+    def _llm_waiting(self) -> int:
+        line = getattr(self.llm, "wait_line", None)  # the embedded llama.cpp's: other LLMs queue elsewhere
+        return 0 if line is None else line.depth()
 
     async def warm_up(self) -> None:
         started = time.perf_counter()

@@ -49,6 +49,8 @@ class Options:
     tail_ms: int = 1000  # silence after the last answer
     reply_timeout_s: float = 30.0  # how long to wait for an answer before going on without one
     echo_seed: int | None = None  # the agent hears itself through a simulated room (echo.py); None: no echo
+    echo_paths: str = "call"  # one echo path for the call, or a new one for each answer (echo.PATHS)
+    echo_room: str = "small"  # echo.ROOMS
     noise_dbfs: float | None = None  # a steady noise floor under everything sent (noise.py); None: none
 
 
@@ -165,7 +167,13 @@ class _Run:
         self.trace.started_at = time.monotonic()
         echo = None
         if self.options.echo_seed is not None:
-            echo = Echo(self.script.rate, self.options.echo_seed, origin=self.trace.started_at)
+            echo = Echo(
+                self.script.rate,
+                self.options.echo_seed,
+                origin=self.trace.started_at,
+                paths=self.options.echo_paths,
+                room=self.options.echo_room,
+            )
             self.trace.echo_paths = echo.paths
         noise = None if self.options.noise_dbfs is None else NoiseFloor(self.script.rate, self.options.noise_dbfs)
         sender = _Sender(connection, self.script.rate, echo, noise)

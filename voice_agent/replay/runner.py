@@ -132,7 +132,10 @@ class _Sender:
             else:
                 frame = silence
             if self.echo is not None:
-                frame = np.clip(frame + self.echo.capture(time.monotonic(), len(frame)), -1.0, 1.0)
+                # The microphone records on the schedule, as a sound card does: a frame that goes out late
+                # (a busy client) holds the echo of its own 20 ms, not of the moment it was sent. Taken at the
+                # send time, frames sent in a burst held the same echo, over and over, which no room makes.
+                frame = np.clip(frame + self.echo.capture(pacer.due, len(frame)), -1.0, 1.0)
             if self.noise is not None:
                 frame = np.clip(frame + self.noise.next(len(frame)), -1.0, 1.0)
             await self.connection.send(codec.audio(frame))

@@ -8,8 +8,8 @@ what is queued at ``clear`` (as ``measure.playback_intervals`` assumes), and
 adds to every microphone frame what the loudspeaker played ``delay`` earlier,
 through a short room response, ``gain_db`` below the agent's level.
 
-The :class:`EchoPath` is drawn with a seed from the ranges of the issue (-10 to
--25 dB, 50 to 250 ms late). As in a real room, one path holds for the whole
+The :class:`EchoPath` is drawn with a seed from -10 to -25 dB and 50 to
+250 ms late. As in a real room, one path holds for the whole
 call (``paths="call"``, the default); ``paths="answer"`` draws a new one for
 each answer, a harder test of how fast a canceller finds a path. The room is
 ``small`` (60 ms, the direct sound loudest) or ``reverberant`` (a 400 ms tail,

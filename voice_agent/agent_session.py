@@ -29,7 +29,8 @@ from .log import log_exception
 from .phrase_cache import PhraseCache, spoken_chunks
 from .protocols.client_options import PROMPT_OPTIONS
 from .protocols.events import CallEnded, CallTransferred, Error, OutputEvent
-from .session_report import Retention, SessionRecorder, SessionReport, deliver
+from .report_delivery import Retention, deliver
+from .session_report import SessionRecorder, SessionReport
 from .tool_loop import ToolLedger, ToolLoop
 from .tools import as_tool
 

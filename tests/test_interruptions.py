@@ -10,10 +10,10 @@ import pytest
 
 from tests.test_session import Harness, answer_playing, quiet, tone
 from voice_agent.barge_in import BargeIn
+from voice_agent.engines.vad import WINDOW
 from voice_agent.holds import Hold
 from voice_agent.protocols.events import AgentAudio, ResponseEnded, TurnIgnored
 from voice_agent.user_turn import UserTurn
-from voice_agent.vad import WINDOW
 
 ANSWER = "One two three. Four five six."
 

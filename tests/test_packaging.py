@@ -9,7 +9,7 @@ import zipfile
 from pathlib import Path
 
 from tests.conftest import ROOT
-from voice_agent.server import WEB_DIR
+from voice_agent.server.app import WEB_DIR
 
 PAGE = ("index.html", "app.js", "audio.js", "connection.js", "worklets.js", "style.css")
 
@@ -42,7 +42,7 @@ def test_the_wheel_holds_the_page_and_the_benchmark_turns(tmp_path):
     names = set(zipfile.ZipFile(build_wheel(tmp_path)).namelist())
     for page in PAGE:
         assert f"voice_agent/web/{page}" in names
-    assert "voice_agent/server.py" in names and "voice_agent/bench/harness.py" in names
+    assert "voice_agent/server/app.py" in names and "voice_agent/bench/harness.py" in names
     assert not any(name.startswith(("tests/", "scripts/", "experiments/")) for name in names)
     for folder in ("bench_turns", "bargein_turns", "endpoint_turns", "endpoint_turns/words", "endpoint_turns/real"):
         assert f"voice_agent/bench/turns/{folder}/script.yaml" in names

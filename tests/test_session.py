@@ -11,9 +11,9 @@ import pytest
 
 from voice_agent.answer import TurnState
 from voice_agent.config import Settings
-from voice_agent.engines import Engines
-from voice_agent.interfaces import Reading
-from voice_agent.listener import PREROLL_SAMPLES
+from voice_agent.engines.interfaces import Reading
+from voice_agent.engines.loader import Engines
+from voice_agent.engines.vad import PREROLL_SAMPLES, WINDOW
 from voice_agent.protocols.events import (
     AgentAudio,
     AgentState,
@@ -30,7 +30,6 @@ from voice_agent.protocols.events import (
 )
 from voice_agent.session import Session
 from voice_agent.turn_merge import held_at_onset
-from voice_agent.vad import WINDOW
 
 RATE = 16000
 
@@ -55,7 +54,7 @@ class EnergyVAD:
 
 
 class ReadsAsSpeech:
-    """A fake STT's :meth:`~voice_agent.interfaces.STTBackend.read`: its transcript, judged speech unless
+    """A fake STT's :meth:`~voice_agent.engines.interfaces.STTBackend.read`: its transcript, judged speech unless
     ``no_speech`` says otherwise."""
 
     no_speech = False
@@ -850,7 +849,7 @@ async def test_a_continuation_that_ends_before_its_words_are_checked_is_transcri
 
 def watch_pauses(monkeypatch, note: Callable[[str, Any], None]) -> None:
     """``note("pause" or "resume", reply)`` at each pause and resume of a reply, before it takes effect."""
-    from voice_agent.reply import Reply
+    from voice_agent.reply.pipeline import Reply
 
     def watched(name: str):
         original = getattr(Reply, name)

@@ -6,7 +6,7 @@ import asyncio
 import enum
 from dataclasses import dataclass
 
-from .reply import Reply
+from .reply.pipeline import Reply
 
 
 class TurnState(enum.Enum):

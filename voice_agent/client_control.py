@@ -22,15 +22,17 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
-from .agent_session import AgentSession
+from .agent.agent_session import AgentSession
+from .agent.client_tools import ClientCalls, ToolOffer
+from .agent.conversation import Conversation
+from .agent.reply_factory import ReplyFactory
 from .answer import Answer
 from .audio import PIPELINE_RATE
-from .client_tools import ClientCalls, ToolOffer
 from .config import Settings
-from .conversation import Conversation
-from .engines import Engines
+from .engines.llm.base import Message, supports_tools
+from .engines.loader import Engines
+from .engines.stt_queue import SessionSTT
 from .listener import Listener
-from .llm.base import Message, supports_tools
 from .log import log_exception
 from .printable import printable
 from .protocols.events import (
@@ -69,15 +71,13 @@ from .protocols.events import (
     UserTextAdded,
     chosen_name,
 )
-from .reply import Reply
-from .reply_factory import ReplyFactory
-from .stt_queue import SessionSTT
-from .turn import has_words
-from .turn_detection import turn_taking
+from .reply.pipeline import Reply
+from .turn_taking.turn import has_words
+from .turn_taking.turn_detection import turn_taking
 from .user_turn import TurnMetrics, UserTurn
 
 if TYPE_CHECKING:
-    from .agent import CallContext
+    from .agent.agent import CallContext
 
 log = logging.getLogger(__name__)
 

@@ -491,7 +491,7 @@ class Settings:
         "cannot take every slot; further streams are closed with 1013. 0 means only --max-sessions applies.",
         "limits",
     )
-    # Admission by measured load (voice_agent/capacity.py, docs/operations.md)
+    # Admission by measured load (voice_agent/server/capacity.py, docs/operations.md)
     # Half the cores: turns come in bursts. At 0.5 the server's own estimate came within one session of the
     # knee measured on the 2-core machine, 3 or 4 sessions (docs/results/capacity.md).
     capacity_target: float = _opt(

@@ -25,16 +25,16 @@ from .echo import ECHO_SHARE, WHOLE_ECHO_SHARE, others_words, timed_words, words
 from .echo_reference import INPUT_SAMPLES as ECHO_INPUT_SAMPLES
 from .echo_reference import QUIET_INPUT_SAMPLES, EchoReference
 from .echo_suppression import FIT_S, suppress_echo
-from .engines import Engines
+from .engines.interfaces import Reading
+from .engines.loader import Engines
+from .engines.stt_queue import SessionSTT
+from .engines.vad import WINDOW, WINDOW_MS
 from .holds import USER_HOLDS, Hold
-from .interfaces import Reading
 from .listener import Listener
 from .protocols.events import TURN_DETECTED, AgentAudio, Clear, OutputEvent, TurnDetection, TurnIgnored
-from .reply import Reply
-from .stt_queue import SessionSTT
-from .turn import has_words
+from .reply.pipeline import Reply
+from .turn_taking.turn import has_words
 from .user_turn import SPEECH_TAIL_SAMPLES, UserTurn
-from .vad import WINDOW, WINDOW_MS
 
 log = logging.getLogger(__name__)
 

@@ -21,23 +21,22 @@ import numpy as np
 
 from .audio import PIPELINE_RATE, StreamResampler
 from .config import Settings
-from .echo_canceller import input_canceller
 from .echo_reference import INPUT_SAMPLES as ECHO_INPUT_SAMPLES
 from .echo_suppression import FIT_S as ECHO_FIT_S
-from .interfaces import SpeechStream
+from .engines.interfaces import SpeechStream
+from .engines.stt_queue import SessionSTT
+from .engines.vad import PREROLL_SAMPLES, WINDOW, WINDOW_MS
 from .log import log_exception
-from .pause_habit import MIN_PAUSE_MS, PauseHabit
 from .protocols.events import OutputEvent, Transcript
-from .stt_queue import SessionSTT
-from .timeline import AudioTimeline
-from .turn import Completeness, TurnDetector, TurnSignals, classify
-from .turn_model import default_model
+from .turn_taking.echo_canceller import input_canceller
+from .turn_taking.pause_habit import MIN_PAUSE_MS, PauseHabit
+from .turn_taking.timeline import AudioTimeline
+from .turn_taking.turn import Completeness, TurnDetector, TurnSignals, classify
+from .turn_taking.turn_model import default_model
 from .user_turn import UserTurn
-from .vad import WINDOW, WINDOW_MS
 
 log = logging.getLogger(__name__)
 
-PREROLL_SAMPLES = PIPELINE_RATE * 3 // 10  # keep 300 ms before detected speech: Silero fires late
 # Kept between turns: the pre-roll, the echo test, and the echo alone before speech over the agent, which
 # the barge-in check fits the echo path on.
 IDLE_KEEP_SAMPLES = max(PREROLL_SAMPLES, ECHO_INPUT_SAMPLES, int(ECHO_FIT_S * PIPELINE_RATE))

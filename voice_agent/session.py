@@ -12,20 +12,21 @@ import time
 from collections.abc import Callable, Coroutine, Sequence
 from typing import TYPE_CHECKING, Any
 
+from .agent.conversation import Conversation
+from .agent.reply_factory import ReplyFactory
 from .answer import Answer, TurnState, state_of
 from .audio import PIPELINE_RATE
 from .barge_in import BargeInPolicy
 from .client_control import CLIENT_CONTROL_EVENTS, ClientControl
 from .config import Settings
-from .conversation import Conversation
-from .engines import Engines
+from .engines.llm.base import Message, ToolCall
+from .engines.llm.markup import chat_markup
+from .engines.llm.scripted import ScriptedLLM
+from .engines.llm.tokens import token_counter
+from .engines.loader import Engines
 from .holds import USER_HOLDS, Hold
 from .interruptions import Interruptions
 from .listener import Listener
-from .llm.base import Message, ToolCall
-from .llm.markup import chat_markup
-from .llm.scripted import ScriptedLLM
-from .llm.tokens import token_counter
 from .log import log_exception
 from .protocols.events import (
     TURN_DETECTED,
@@ -50,15 +51,14 @@ from .protocols.events import (
     TurnCommitted,
     UserText,
 )
-from .reply import Reply
-from .reply_factory import ReplyFactory
-from .turn import has_words
+from .reply.pipeline import Reply
 from .turn_merge import TurnMerge
-from .turn_signals import PauseSignals
+from .turn_taking.turn import has_words
+from .turn_taking.turn_signals import PauseSignals
 from .user_turn import TurnMetrics, UserTurn
 
 if TYPE_CHECKING:  # only a session with an agent uses them, and is handed them
-    from .agent_session import AgentSession
+    from .agent.agent_session import AgentSession
 
 log = logging.getLogger(__name__)
 

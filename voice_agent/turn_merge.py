@@ -21,7 +21,7 @@ from .answer import Answer, TurnState
 from .config import Settings
 from .holds import Hold
 from .protocols.events import TURN_DETECTED, Clear, Metrics, OutputEvent, TurnIgnored
-from .reply import Reply
+from .reply.pipeline import Reply
 from .user_turn import UserTurn
 
 log = logging.getLogger(__name__)

@@ -27,12 +27,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from .audio import PIPELINE_RATE
-from .reply import Reply, ReplyTimings
-from .stt_queue import SessionSTT
-from .timeline import AudioTimeline
-from .turn import TurnSignals
-from .turn_signals import PauseSignals
-from .vad import WINDOW, WINDOW_MS
+from .engines.stt_queue import SessionSTT
+from .engines.vad import WINDOW, WINDOW_MS
+from .reply.pipeline import Reply, ReplyTimings
+from .turn_taking.timeline import AudioTimeline
+from .turn_taking.turn import TurnSignals
+from .turn_taking.turn_signals import PauseSignals
 
 SPEECH_TAIL_SAMPLES = PIPELINE_RATE // 10  # Whisper gets 100 ms past the last speech window
 # Fifteen seconds: a question or a sentence or two, which is read whole as it always was, and a part that

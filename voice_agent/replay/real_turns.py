@@ -36,7 +36,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..vad import WINDOW_MS
+from ..engines.vad import WINDOW_MS
 from . import vad_pauses
 
 RATE = 16000

@@ -48,7 +48,7 @@ MIN_SPEECH_WINDOWS = 3
 # in what is left of the echo (in 3 of 4 stretches of 480 ms of a Piper answer's echo through the rig's rooms,
 # three windows or more), which keeps 3 % (the suppressor's floor) to 26 % (p95) of it; a user's voice over the
 # echo keeps 75 to 96 % (medians of the barge-in eval's turns). Offline, 2 to 3 % of those stretches kept three
-# such windows, and 88 % of the user's windows were kept (docs/endpointing.md).
+# such windows, and 88 % of the user's windows were kept (docs/results/bargein.md).
 MIN_KEPT_SHARE = 0.15
 # Speech at the onset that fades holds the agent's pause this long for more: over the echo a user's first
 # syllables come as lone speech windows about 60 ms apart (the echo test takes those between for echo), and
@@ -578,7 +578,7 @@ class Interruptions:
         """``turn``, over the agent, ended short of a barge-in check, and the agent went on: a stop word in its
         words stops the agent all the same. "Stop.", "No." and "Wait." said at once hold 160 to 320 ms of
         speech (Piper's, over the echo rig's rooms), and the check waits for 250; no short noise or
-        acknowledgement over the echo was read with one (docs/endpointing.md)."""
+        acknowledgement over the echo was read with one (docs/results/bargein.md)."""
         if self._session.control.turn_detection.interrupt_response:
             # With the word's last sounds past its last speech window: read without them, "Stop." was "stuff"
             # and "No." "Now" (scripts/bargein_eval over short words).

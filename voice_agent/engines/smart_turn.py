@@ -5,7 +5,7 @@ finished sentence) whether the speaker is done, which the transcript cannot
 tell: "So this is the second pass." said with a level voice goes on. The ONNX
 file (BSD-2-Clause, 8.7 MB) ships only inside the ``pipecat-ai`` wheel on
 PyPI, whose dependencies are far more than this one file needs, so it is not
-a dependency; ``--smart-turn-model`` points at a copy (docs/endpointing.md,
+a dependency; ``--smart-turn-model`` points at a copy (docs/results/endpointing.md,
 "The decision", says how to get it and what it measured).
 
 Features are Whisper's log-mel (80 bins, 8 s, the waveform normalized to zero

@@ -35,7 +35,7 @@ audio holds speech at all, the test faster-whisper applies to its segments
 (:data:`NO_SPEECH_PROB`). Only sound over the agent is judged by it, where a
 noise is likely: on the user's own turns it would drop 8 of the 108 speaker
 segments of the twelve AMI excerpts, a quiet "Okay." among them, and a turn
-dropped is a user ignored (docs/endpointing.md).
+dropped is a user ignored (docs/turn-taking.md).
 """
 
 from __future__ import annotations

@@ -19,7 +19,6 @@ from voice_agent.agent import report_delivery, session_recording, session_report
 from voice_agent.agent.report_delivery import Retention, deliver, enforce_retention, post_report, write_report
 from voice_agent.agent.session_report import HOLD_S, SessionRecorder, SessionReport
 from voice_agent.agent.tool_loop import ToolRecord
-from voice_agent.metrics import ServerMetrics
 from voice_agent.protocols.events import (
     AgentAudio,
     AudioReceived,
@@ -29,6 +28,7 @@ from voice_agent.protocols.events import (
     SessionUpdate,
     Transcript,
 )
+from voice_agent.server.metrics import ServerMetrics
 
 RATE = 8000
 FRAME = RATE // 50

@@ -5,7 +5,6 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 from tests.test_session import Harness
-from voice_agent.client_control import REMEMBERED_ANSWERS
 from voice_agent.protocols.events import (
     Error,
     SessionConfig,
@@ -16,6 +15,7 @@ from voice_agent.protocols.events import (
     UserText,
     UserTextAdded,
 )
+from voice_agent.turn_taking.client_control import REMEMBERED_ANSWERS
 
 
 def played(text: str, seconds: float) -> SimpleNamespace:

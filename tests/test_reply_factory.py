@@ -7,8 +7,7 @@ from voice_agent.config import Settings
 from voice_agent.engines import Engines
 from voice_agent.llm.scripted import ScriptedLLM
 from voice_agent.protocols.events import AgentAudio, Metrics
-from voice_agent.reply_factory import ReplyFactory
-from voice_agent.user_turn import TurnMetrics
+from voice_agent.reply_factory import ReplyFactory, TurnMetrics
 
 ANSWER = "One two three four. Five six seven eight. Nine ten eleven twelve."
 

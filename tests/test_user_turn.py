@@ -7,8 +7,9 @@ import asyncio
 import numpy as np
 
 from voice_agent.reply import ReplyTimings
+from voice_agent.reply_factory import TurnMetrics
 from voice_agent.timeline import AudioTimeline
-from voice_agent.user_turn import SPEECH_TAIL_SAMPLES, TurnMetrics, UserTurn
+from voice_agent.turn_taking.user_turn import SPEECH_TAIL_SAMPLES, UserTurn
 from voice_agent.vad import WINDOW, WINDOW_MS
 
 

@@ -13,8 +13,9 @@ from dataclasses import dataclass
 
 from .audio import PIPELINE_RATE
 from .config import Settings
-from .listener import PREROLL_SAMPLES
 from .protocols.events import MANUAL, SEMANTIC_VAD, SERVER_VAD, TurnDetection
+
+PREROLL_SAMPLES = PIPELINE_RATE * 3 // 10  # keep 300 ms before detected speech: Silero fires late
 
 # semantic_vad's eagerness scales the cut-in cost and the rules' silences: with the
 # defaults "high" weighs a cut-in as 4.8 waits, "low" as 16.

@@ -19,25 +19,25 @@ from typing import Protocol
 
 import numpy as np
 
-from .audio import PIPELINE_RATE, StreamResampler
-from .config import Settings
-from .echo_canceller import input_canceller
-from .echo_reference import INPUT_SAMPLES as ECHO_INPUT_SAMPLES
-from .echo_suppression import FIT_S as ECHO_FIT_S
-from .interfaces import SpeechStream
-from .log import log_exception
-from .pause_habit import MIN_PAUSE_MS, PauseHabit
-from .protocols.events import OutputEvent, Transcript
-from .stt_queue import SessionSTT
-from .timeline import AudioTimeline
-from .turn import Completeness, TurnDetector, TurnSignals, classify
-from .turn_model import default_model
+from ..audio import PIPELINE_RATE, StreamResampler
+from ..config import Settings
+from ..echo_canceller import input_canceller
+from ..echo_reference import INPUT_SAMPLES as ECHO_INPUT_SAMPLES
+from ..echo_suppression import FIT_S as ECHO_FIT_S
+from ..interfaces import SpeechStream
+from ..log import log_exception
+from ..pause_habit import MIN_PAUSE_MS, PauseHabit
+from ..protocols.events import OutputEvent, Transcript
+from ..stt_queue import SessionSTT
+from ..timeline import AudioTimeline
+from ..turn import Completeness, TurnDetector, TurnSignals, classify
+from ..turn_detection import PREROLL_SAMPLES
+from ..turn_model import default_model
+from ..vad import WINDOW, WINDOW_MS
 from .user_turn import UserTurn
-from .vad import WINDOW, WINDOW_MS
 
 log = logging.getLogger(__name__)
 
-PREROLL_SAMPLES = PIPELINE_RATE * 3 // 10  # keep 300 ms before detected speech: Silero fires late
 # Kept between turns: the pre-roll, the echo test, and the echo alone before speech over the agent, which
 # the barge-in check fits the echo path on.
 IDLE_KEEP_SAMPLES = max(PREROLL_SAMPLES, ECHO_INPUT_SAMPLES, int(ECHO_FIT_S * PIPELINE_RATE))

@@ -22,18 +22,16 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
-from .agent_session import AgentSession
-from .answer import Answer
-from .audio import PIPELINE_RATE
-from .client_tools import ClientCalls, ToolOffer
-from .config import Settings
-from .conversation import Conversation
-from .engines import Engines
-from .listener import Listener
-from .llm.base import Message, supports_tools
-from .log import log_exception
-from .printable import printable
-from .protocols.events import (
+from ..agent_session import AgentSession
+from ..audio import PIPELINE_RATE
+from ..client_tools import ClientCalls, ToolOffer
+from ..config import Settings
+from ..conversation import Conversation
+from ..engines import Engines
+from ..llm.base import Message, supports_tools
+from ..log import log_exception
+from ..printable import printable
+from ..protocols.events import (
     AUTO,
     CLIENT_CANCELLED,
     TURN_DETECTED,
@@ -69,15 +67,17 @@ from .protocols.events import (
     UserTextAdded,
     chosen_name,
 )
-from .reply import Reply
-from .reply_factory import ReplyFactory
-from .stt_queue import SessionSTT
-from .turn import has_words
-from .turn_detection import turn_taking
-from .user_turn import TurnMetrics, UserTurn
+from ..reply import Reply
+from ..reply_factory import ReplyFactory, TurnMetrics
+from ..stt_queue import SessionSTT
+from ..turn import has_words
+from ..turn_detection import turn_taking
+from .answer import Answer
+from .listener import Listener
+from .user_turn import UserTurn
 
 if TYPE_CHECKING:
-    from .agent import CallContext
+    from ..agent import CallContext
 
 log = logging.getLogger(__name__)
 

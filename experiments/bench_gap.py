@@ -19,7 +19,7 @@ import numpy as np
 
 from voice_agent.replay.script import load_script
 from voice_agent.replay.transport import FRAME_S
-from voice_agent.vad import WINDOW, SileroVAD
+from voice_agent.engines.vad import WINDOW, SileroVAD
 
 THRESHOLD = 0.5  # the server's default --vad-threshold
 

@@ -22,7 +22,7 @@ import numpy as np
 
 from voice_agent.audio import PIPELINE_RATE as RATE
 from voice_agent.bench.speech import silence, speech
-from voice_agent.echo_canceller import EchoCanceller
+from voice_agent.turn_taking.echo_canceller import EchoCanceller
 from voice_agent.replay.echo import draw_path
 
 FRAME = RATE // 50

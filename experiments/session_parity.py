@@ -21,10 +21,10 @@ import soundfile
 
 from voice_agent.audio import resample
 from voice_agent.config import Settings
-from voice_agent.engines import Engines
+from voice_agent.engines.loader import Engines
 from voice_agent.protocols.events import AudioReceived, Metrics, Transcript
 from voice_agent.session import Session
-from voice_agent.vad import SileroVAD
+from voice_agent.engines.vad import SileroVAD
 
 TEXTS = ["That is fine.", "I want to go to", "Well um", "Yes.", "What about the remote control?"]
 

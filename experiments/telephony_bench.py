@@ -119,8 +119,8 @@ def offline(jfk: str | None) -> None:
     """Engine level, no server: Whisper and Silero on the same clip at 16 kHz and through 8 kHz μ-law."""
     import soundfile
 
-    from voice_agent.stt import WhisperSTT
-    from voice_agent.vad import WINDOW, SileroVAD
+    from voice_agent.engines.stt import WhisperSTT
+    from voice_agent.engines.vad import WINDOW, SileroVAD
 
     stt, vad = WhisperSTT(), SileroVAD()
     clips = [(text, speech(text, 16000), speech(text, 8000)) for text in QUESTIONS]

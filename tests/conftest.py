@@ -66,10 +66,10 @@ def pytest_configure(config: pytest.Config) -> None:
     a test that needs one is marked ``models`` or ``e2e``, and the fast tier stays fast."""
     if os.environ.get("VOICE_AGENT_FAST_TIER") != "1":
         return
-    from voice_agent.llm.llamacpp import LlamaCppBackend
-    from voice_agent.stt import WhisperSTT
-    from voice_agent.tts import PiperTTS
-    from voice_agent.vad import SileroVAD
+    from voice_agent.engines.llm.llamacpp import LlamaCppBackend
+    from voice_agent.engines.stt import WhisperSTT
+    from voice_agent.engines.tts import PiperTTS
+    from voice_agent.engines.vad import SileroVAD
 
     for engine in (SileroVAD, WhisperSTT, LlamaCppBackend, PiperTTS):
 

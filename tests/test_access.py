@@ -17,8 +17,8 @@ from starlette.routing import Route, WebSocketRoute
 from starlette.testclient import TestClient, WebSocketDenialResponse
 
 from tests.conftest import start_server, stop_server
-from voice_agent.access import FORBIDDEN_ORIGIN, UNAUTHORIZED, AccessPolicy, HostPolicy
-from voice_agent.host_check import HostCheck
+from voice_agent.server.access import FORBIDDEN_ORIGIN, UNAUTHORIZED, AccessPolicy, HostPolicy
+from voice_agent.server.host_check import HostCheck
 
 TOKEN = "tok-3f9c2a7e-secret"
 TELEPHONY_TOKEN = "phone-7d41b0-secret"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from voice_agent.conversation import Conversation, prompt_tokens, recent_history
+from voice_agent.agent.conversation import Conversation, prompt_tokens, recent_history
 
 
 def exchange(i: int, tools: bool = False) -> list[dict]:

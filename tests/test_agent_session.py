@@ -6,14 +6,14 @@ import asyncio
 
 from tests.test_session import EnergyVAD, FakeSTT, FakeTTS, quiet, tone
 from tests.test_tool_loop import ScriptedLLM, call
-from voice_agent.agent import Agent, CallContext
-from voice_agent.agent_session import AgentSession
-from voice_agent.call_control import end_call
+from voice_agent.agent.agent import Agent, CallContext
+from voice_agent.agent.agent_session import AgentSession
+from voice_agent.agent.call_control import end_call
+from voice_agent.agent.tools import tool
 from voice_agent.config import Settings
-from voice_agent.engines import Engines
+from voice_agent.engines.loader import Engines
 from voice_agent.protocols.events import AgentAudio, AudioReceived, CallEnded, SessionStarted, TextReceived, Transcript
 from voice_agent.session import Session
-from voice_agent.tools import tool
 
 RATE = 16000
 
@@ -157,8 +157,9 @@ async def test_an_interruption_during_a_tool_call_keeps_the_call_and_result_in_t
 
 
 async def test_create_app_serves_the_agent_with_its_voice_and_warns_when_the_llm_cannot_call_tools(monkeypatch, caplog):
-    from voice_agent import create_app, server
-    from voice_agent.tools import as_tool
+    from voice_agent import create_app
+    from voice_agent.agent.tools import as_tool
+    from voice_agent.server import app as server
 
     def lookup() -> str:
         """Look up."""
@@ -279,8 +280,8 @@ async def test_markup_a_start_hook_copies_from_the_caller_is_taken_out():
 
 async def test_a_failed_answer_is_not_remembered_but_its_side_effect_is_not_repeated():
     from tests.test_tool_loop import Bookings
+    from voice_agent.agent.tool_loop import ALREADY_DONE
     from voice_agent.protocols.events import Error
-    from voice_agent.tool_loop import ALREADY_DONE
 
     class FailsAfterTheBooking(ScriptedLLM):
         async def stream_chat(self, messages, tools=None):

@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from voice_agent.bench.answers import echoes, load_questions, measure, sentence_count, summarize
-from voice_agent.reply import NOTHING_TO_SAY
+from voice_agent.reply.pipeline import NOTHING_TO_SAY
 
 SUMMARY_KEYS = {
     "answers",

@@ -845,7 +845,7 @@ async def answered_call_url(base_url: str, call_sid: str) -> str:
     """What Twilio does when a call comes in: a signed webhook request, then the stream URL from the TwiML."""
     import xml.etree.ElementTree as ET
 
-    from voice_agent.twiml import signature
+    from voice_agent.server.twiml import signature
 
     params = {"CallSid": call_sid, "AccountSid": ACCOUNT}
     signed = signature(TWILIO_AUTH, f"{base_url}/twilio/voice", params.items())

@@ -7,10 +7,10 @@ import json
 import pytest
 
 from tests.twilio_rest import TwilioRestServer
-from voice_agent.agent import Agent, CallContext
-from voice_agent.call_control import TwilioCalls, TwilioCredentialsMissing, end_call, transfer_call
-from voice_agent.dial_targets import InvalidTransferTarget, checked_transfer_target
-from voice_agent.tools import run_tool
+from voice_agent.agent.agent import Agent, CallContext
+from voice_agent.agent.call_control import TwilioCalls, TwilioCredentialsMissing, end_call, transfer_call
+from voice_agent.agent.dial_targets import InvalidTransferTarget, checked_transfer_target
+from voice_agent.agent.tools import run_tool
 
 ACCOUNT = "AC" + "1" * 32
 ENV = {"TWILIO_ACCOUNT_SID": ACCOUNT, "TWILIO_AUTH_TOKEN": "secret-token"}
@@ -131,7 +131,7 @@ async def test_a_bad_target_is_refused_when_the_agent_is_built_and_when_a_tool_a
         context.transfer_call("+1555<Play>x</Play>")
     assert context.action is None
 
-    from voice_agent.tools import tool
+    from voice_agent.agent.tools import tool
 
     @tool
     def transfer_to_number(context: CallContext, number: str) -> str:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from voice_agent.call_tokens import TTL_S, CallTokens, looks_like_call_token
+from voice_agent.protocols.call_tokens import TTL_S, CallTokens, looks_like_call_token
 
 CALL = "CA" + "4" * 32
 OTHER = "CA" + "5" * 32

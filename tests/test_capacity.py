@@ -17,11 +17,11 @@ from starlette.websockets import WebSocketDisconnect
 from tests.conftest import start_server, stop_server
 from tests.speech import silence, speech
 from tests.wsclient import NativeClient
-from voice_agent.capacity import MIN_SESSION_S, OVER_BUDGET, OVERLOADED, CapacityModel
 from voice_agent.config import Settings
-from voice_agent.limits import Refused, SessionRegistry
-from voice_agent.server import create_app
-from voice_agent.stt_queue import STTQueue
+from voice_agent.engines.stt_queue import STTQueue
+from voice_agent.server.app import create_app
+from voice_agent.server.capacity import MIN_SESSION_S, OVER_BUDGET, OVERLOADED, CapacityModel
+from voice_agent.server.limits import Refused, SessionRegistry
 
 
 class Clock:

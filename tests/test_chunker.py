@@ -1,5 +1,5 @@
-from voice_agent.chunker import MAX_CHUNK_CHARS, SentenceChunker
-from voice_agent.speakable import speakable
+from voice_agent.engines.chunker import MAX_CHUNK_CHARS, SentenceChunker
+from voice_agent.engines.speakable import speakable
 
 
 def chunk_stream(text: str, step: int = 3, first_words: int = 3) -> list[str]:

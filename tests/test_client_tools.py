@@ -6,10 +6,10 @@ import asyncio
 import json
 
 from tests.test_session import Harness
-from voice_agent.agent import Agent
-from voice_agent.agent_session import AgentSession
-from voice_agent.client_tools import UNANSWERED, WAITING
-from voice_agent.llm.base import ToolCall
+from voice_agent.agent.agent import Agent
+from voice_agent.agent.agent_session import AgentSession
+from voice_agent.agent.client_tools import UNANSWERED, WAITING
+from voice_agent.engines.llm.base import ToolCall
 from voice_agent.protocols.events import (
     AgentAudio,
     Error,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from voice_agent.conversation import (
+from voice_agent.agent.conversation import (
     CUT_MARK,
     MESSAGE_OVERHEAD_TOKENS,
     Conversation,
@@ -14,7 +14,7 @@ from voice_agent.conversation import (
     prompt_tokens,
     recent_history,
 )
-from voice_agent.llm.tokens import estimate_tokens
+from voice_agent.engines.llm.tokens import estimate_tokens
 
 
 class Prefills:

@@ -1,7 +1,7 @@
 import pytest
 
-from voice_agent.dialogue_state import Expectation, answer_completeness, asks_for_answer, expectation
-from voice_agent.turn import Completeness
+from voice_agent.turn_taking.dialogue_state import Expectation, answer_completeness, asks_for_answer, expectation
+from voice_agent.turn_taking.turn import Completeness
 
 
 @pytest.mark.parametrize(
@@ -90,7 +90,7 @@ def test_asks_for_answer(agent, asks):
 
 
 def test_a_question_after_an_agent_statement_that_names_a_date_is_answered_at_once():
-    from voice_agent.turn import TurnDetector, TurnSignals
+    from voice_agent.turn_taking.turn import TurnDetector, TurnSignals
 
     agent = "You can bring your dog, but I'm not sure about the date."
     user = "Do you have any vegetarian dishes?"

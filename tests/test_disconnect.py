@@ -11,10 +11,10 @@ import uvicorn
 from tests.conftest import free_port
 from tests.speech import silence, speech
 from tests.wsclient import NativeClient
-from voice_agent import threads
 from voice_agent.config import Settings
-from voice_agent.engines import load_engines
-from voice_agent.server import create_app
+from voice_agent.engines import threads
+from voice_agent.engines.loader import load_engines
+from voice_agent.server.app import create_app
 
 pytestmark = pytest.mark.e2e
 

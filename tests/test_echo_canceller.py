@@ -10,7 +10,6 @@ import pytest
 
 from voice_agent.audio import PIPELINE_RATE
 from voice_agent.config import Settings
-from voice_agent.echo_canceller import FRAME, EchoCanceller, input_canceller
 from voice_agent.protocols.events import (
     AgentAudio,
     Clear,
@@ -20,6 +19,7 @@ from voice_agent.protocols.events import (
     SessionUpdate,
 )
 from voice_agent.protocols.native import NativeProtocol
+from voice_agent.turn_taking.echo_canceller import FRAME, EchoCanceller, input_canceller
 
 RATE = PIPELINE_RATE
 SECONDS = 8

@@ -9,12 +9,12 @@ import numpy as np
 import pytest
 
 from tests.test_session import Harness, answer_playing, quiet, tone
+from voice_agent.engines.vad import WINDOW
 from voice_agent.protocols.events import AgentAudio, ResponseEnded, TurnIgnored
 from voice_agent.turn_taking.answer import Hold
 from voice_agent.turn_taking.barge_in import BargeIn
 from voice_agent.turn_taking.floor import Pause
 from voice_agent.turn_taking.user_turn import UserTurn
-from voice_agent.vad import WINDOW
 
 ANSWER = "One two three. Four five six."
 

@@ -14,7 +14,7 @@ from tests.speech import silence, speech
 from tests.wsclient import NativeClient
 from voice_agent.audio import float_to_pcm16
 from voice_agent.config import Settings
-from voice_agent.limits import AddressBudgets, ClientLimits, Deadlines, RateLimit, Refused, SessionRegistry
+from voice_agent.server.limits import AddressBudgets, ClientLimits, Deadlines, RateLimit, Refused, SessionRegistry
 
 
 class FakeClock:

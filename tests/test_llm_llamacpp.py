@@ -7,8 +7,8 @@ import os
 
 import pytest
 
-from voice_agent import threads
-from voice_agent.llm.llamacpp import LlamaCppBackend
+from voice_agent.engines import threads
+from voice_agent.engines.llm.llamacpp import LlamaCppBackend
 
 pytestmark = pytest.mark.models
 
@@ -33,8 +33,8 @@ async def test_closing_a_stream_stops_its_worker_before_the_instance_is_free(llm
 def test_q8_0_copy_is_made_once_and_loads(tmp_path):
     import llama_cpp
 
-    from voice_agent.llm.llamacpp import default_model_path
-    from voice_agent.llm.requantize import q8_0_copy
+    from voice_agent.engines.llm.llamacpp import default_model_path
+    from voice_agent.engines.llm.requantize import q8_0_copy
 
     copy = q8_0_copy(default_model_path(), tmp_path)
     assert copy.startswith(str(tmp_path)) and copy.endswith(".q8_0.gguf")
@@ -47,8 +47,8 @@ def test_q8_0_copy_is_made_once_and_loads(tmp_path):
 
 
 def test_q8_0_copy_falls_back_to_the_original_where_it_cannot_write(tmp_path, caplog):
-    from voice_agent.llm.llamacpp import default_model_path
-    from voice_agent.llm.requantize import q8_0_copy
+    from voice_agent.engines.llm.llamacpp import default_model_path
+    from voice_agent.engines.llm.requantize import q8_0_copy
 
     blocked = tmp_path / "file"
     blocked.write_text("not a folder")
@@ -243,7 +243,7 @@ async def test_a_prompt_longer_than_a_batch_is_read_and_answered_the_same(llm):
 
 def test_the_vocabulary_counts_tokens_and_names_its_control_tokens(llm):
     """Issue 36: 1,990 characters of four tokens each looked like 500 tokens to a character estimate."""
-    from voice_agent.llm.tokens import estimate_tokens
+    from voice_agent.engines.llm.tokens import estimate_tokens
 
     assert llm.count_tokens("\U00020000" * 10) == 40
     assert llm.count_tokens("The quick brown fox.") < estimate_tokens("The quick brown fox.")
@@ -269,7 +269,7 @@ async def test_no_message_brings_a_control_token_into_the_prompt(llm):
 
 
 async def test_a_prompt_past_the_context_is_refused_before_it_is_evaluated():
-    from voice_agent.llm.base import PromptTooLong
+    from voice_agent.engines.llm.base import PromptTooLong
 
     small = LlamaCppBackend(instances=1, context=256, max_tokens=20)
     with pytest.raises(PromptTooLong, match="the context holds 256"):

@@ -16,8 +16,8 @@ from tests.conftest import free_port, start_server, stop_server
 from tests.speech import silence, speech
 from tests.vllm_support import GREEDY, metric, require_vllm, spoken_turn, start_vllm_serve
 from tests.wsclient import NativeClient
-from voice_agent.llm.base import ToolCall
-from voice_agent.llm.openai_compat import LLMError, OpenAICompatBackend, decode_event
+from voice_agent.engines.llm.base import ToolCall
+from voice_agent.engines.llm.openai_compat import LLMError, OpenAICompatBackend, decode_event
 
 LONG_STORY = [
     {"role": "system", "content": "You are a storyteller."},

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from tests.chat_server import Call, ChatServer, last_tool_results
-from voice_agent.llm.base import ToolCall
-from voice_agent.llm.openai_compat import LLMError, OpenAICompatBackend, ToolCallAssembler
+from voice_agent.engines.llm.base import ToolCall
+from voice_agent.engines.llm.openai_compat import LLMError, OpenAICompatBackend, ToolCallAssembler
 
 TOOLS = [
     {

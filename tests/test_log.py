@@ -36,7 +36,7 @@ def test_users_words_are_logged_only_at_debug_unless_asked(capsys, restore_loggi
 
 def test_debug_is_the_projects_own_lines_not_every_librarys(capsys, restore_logging):
     logs.configure("debug")
-    logging.getLogger("voice_agent.reply").debug("answer paused")
+    logging.getLogger("voice_agent.reply.pipeline").debug("answer paused")
     logging.getLogger("uvicorn.error").debug("< BINARY 00 00")
     logging.getLogger("uvicorn.error").info("Uvicorn running")
     err = capsys.readouterr().err
@@ -46,7 +46,7 @@ def test_debug_is_the_projects_own_lines_not_every_librarys(capsys, restore_logg
 @pytest.mark.parametrize("fmt", ["text", "json"])
 def test_a_value_with_newlines_stays_on_its_line(capsys, restore_logging, fmt):
     logs.configure("info", fmt)
-    logging.getLogger("voice_agent.server").warning("got %s", "x\n2026-01-01 ERROR forged\x1b[2J\u2028")
+    logging.getLogger("voice_agent.server.app").warning("got %s", "x\n2026-01-01 ERROR forged\x1b[2J\u2028")
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and "\x1b" not in err and "\u2028" not in err
 
@@ -56,7 +56,7 @@ def test_a_traceback_keeps_its_lines(capsys, restore_logging):
     try:
         raise ValueError("boom")
     except ValueError:
-        logging.getLogger("voice_agent.server").exception("failed")
+        logging.getLogger("voice_agent.server.app").exception("failed")
     assert "Traceback (most recent call last):\n" in capsys.readouterr().err
 
 
@@ -76,7 +76,7 @@ def test_lines_outside_sessions_are_limited_too():
 
     def passes(message: str, level: int = logging.WARNING) -> str | None:
         """The line as written, or None if it was dropped."""
-        record = logging.LogRecord("voice_agent.server", level, __file__, 1, message, None, None)
+        record = logging.LogRecord("voice_agent.server.app", level, __file__, 1, message, None, None)
         record.session = logs.NO_SESSION
         return record.getMessage() if limit.filter(record) else None
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from voice_agent.llm.markup import ChatMarkup, chat_markup
+from voice_agent.engines.llm.markup import ChatMarkup, chat_markup
 
 SMOLLM2 = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<filename>", "<jupyter_code>", "<empty_output>"]
 

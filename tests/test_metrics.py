@@ -17,9 +17,9 @@ from tests.speech import silence, speech
 from tests.test_stt_queue import SlowSTT
 from tests.wsclient import NativeClient
 from voice_agent import log as logs
+from voice_agent.engines.stt_queue import STTQueue
 from voice_agent.metrics import ServerMetrics
 from voice_agent.protocols.events import AgentAudio, Clear, Error, Metrics, Transcript
-from voice_agent.stt_queue import STTQueue
 
 TURN = {
     "turn": 1,

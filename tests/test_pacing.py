@@ -1,4 +1,4 @@
-from voice_agent.pacing import PlaybackClock
+from voice_agent.reply.pacing import PlaybackClock
 
 
 class FakeClock:

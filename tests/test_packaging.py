@@ -8,7 +8,7 @@ import sys
 import zipfile
 
 from tests.conftest import ROOT
-from voice_agent.server import WEB_DIR
+from voice_agent.server.app import WEB_DIR
 
 PAGE = ("index.html", "app.js", "audio.js", "connection.js", "worklets.js", "style.css")
 
@@ -36,5 +36,5 @@ def test_the_wheel_holds_the_page(tmp_path):
     names = set(zipfile.ZipFile(wheel).namelist())
     for page in PAGE:
         assert f"voice_agent/web/{page}" in names
-    assert "voice_agent/server.py" in names and "voice_agent/bench/harness.py" in names
+    assert "voice_agent/server/app.py" in names and "voice_agent/bench/harness.py" in names
     assert not any(name.startswith(("tests/", "scripts/", "experiments/")) for name in names)

@@ -1,4 +1,4 @@
-from voice_agent.pause_habit import MIN_PAUSE_MS, PAUSE_MARGIN_MS, RECENT_PAUSES, PauseHabit
+from voice_agent.turn_taking.pause_habit import MIN_PAUSE_MS, PAUSE_MARGIN_MS, RECENT_PAUSES, PauseHabit
 
 
 def test_no_pause_seen_keeps_the_base():

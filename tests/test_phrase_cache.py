@@ -3,7 +3,7 @@ import asyncio
 import numpy as np
 import pytest
 
-from voice_agent.phrase_cache import PhraseCache, spoken_chunks
+from voice_agent.engines.phrase_cache import PhraseCache, spoken_chunks
 
 
 class CountingTTS:

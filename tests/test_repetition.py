@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from voice_agent.repetition import LoopGuard, longest_word_run, repeated_trigram_share, spoken_words
+from voice_agent.reply.repetition import LoopGuard, longest_word_run, repeated_trigram_share, spoken_words
 
 
 def guard_stops_at(text: str, step: int = 2) -> str | None:

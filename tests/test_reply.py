@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from voice_agent.protocols.events import AgentAudio, Transcript
-from voice_agent.reply import NOTHING_TO_SAY, Reply
+from voice_agent.reply.pipeline import NOTHING_TO_SAY, Reply
 
 RATE = 16000
 

@@ -10,8 +10,9 @@ import numpy as np
 import pytest
 
 from voice_agent.config import Settings
-from voice_agent.engines import Engines
-from voice_agent.interfaces import Reading
+from voice_agent.engines.interfaces import Reading
+from voice_agent.engines.loader import Engines
+from voice_agent.engines.vad import WINDOW
 from voice_agent.protocols.events import (
     AgentAudio,
     AgentState,
@@ -30,7 +31,6 @@ from voice_agent.session import Session
 from voice_agent.turn_taking.floor import FloorState
 from voice_agent.turn_taking.listener import PREROLL_SAMPLES
 from voice_agent.turn_taking.turn_merge import held_at_onset
-from voice_agent.vad import WINDOW
 
 RATE = 16000
 
@@ -55,7 +55,7 @@ class EnergyVAD:
 
 
 class ReadsAsSpeech:
-    """A fake STT's :meth:`~voice_agent.interfaces.STTBackend.read`: its transcript, judged speech unless
+    """A fake STT's :meth:`~voice_agent.engines.interfaces.STTBackend.read`: its transcript, judged speech unless
     ``no_speech`` says otherwise."""
 
     no_speech = False

@@ -15,7 +15,18 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from voice_agent import session_report
+from voice_agent.agent import session_report
+from voice_agent.agent.session_report import (
+    HOLD_S,
+    Retention,
+    SessionRecorder,
+    SessionReport,
+    deliver,
+    enforce_retention,
+    post_report,
+    write_report,
+)
+from voice_agent.agent.tool_loop import ToolRecord
 from voice_agent.metrics import ServerMetrics
 from voice_agent.protocols.events import (
     AgentAudio,
@@ -26,17 +37,6 @@ from voice_agent.protocols.events import (
     SessionUpdate,
     Transcript,
 )
-from voice_agent.session_report import (
-    HOLD_S,
-    Retention,
-    SessionRecorder,
-    SessionReport,
-    deliver,
-    enforce_retention,
-    post_report,
-    write_report,
-)
-from voice_agent.tool_loop import ToolRecord
 
 RATE = 8000
 FRAME = RATE // 50

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from voice_agent.speakable import speakable, unspeakable
+from voice_agent.engines.speakable import speakable, unspeakable
 
 
 @pytest.mark.parametrize(

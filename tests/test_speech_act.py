@@ -1,6 +1,6 @@
 import pytest
 
-from voice_agent.speech_act import SpeechAct, hands_over, speech_act
+from voice_agent.turn_taking.speech_act import SpeechAct, hands_over, speech_act
 
 
 @pytest.mark.parametrize(

@@ -10,9 +10,9 @@ import pytest
 
 from tests.test_echo_suppression import through_room
 from voice_agent.echo_suppression import suppress_echo
+from voice_agent.engines.vad import SileroVAD
 from voice_agent.replay.script import load_audio
 from voice_agent.turn_taking.interruptions import MIN_SPEECH_WINDOWS, speech_left
-from voice_agent.vad import SileroVAD
 
 pytestmark = pytest.mark.models
 
@@ -47,7 +47,7 @@ def heard_speech(vad: SileroVAD, heard: np.ndarray, played: np.ndarray, delay_ms
 def test_what_is_left_of_the_echo_alone_is_not_speech(vad, answer, gain_db, delay_ms, seed):
     # Silero hears speech in what suppression leaves of the echo: without the share of the input each window
     # kept, nearly every such stretch held three speech windows or more, and the agent paused for its own voice.
-    # Some rooms leave more (docs/endpointing.md).
+    # Some rooms leave more (docs/results/bargein.md).
     speech_windows = heard_speech(vad, through_room(answer, gain_db, delay_ms, seed), answer, delay_ms)
     stretches = [speech_windows[at : at + STRETCH] for at in range(0, len(speech_windows) - STRETCH, 5)]
     with_speech = sum(int(stretch.sum()) >= MIN_SPEECH_WINDOWS for stretch in stretches)

@@ -7,7 +7,7 @@ import sys
 
 from tests.conftest import free_port
 from voice_agent.config import Settings
-from voice_agent.preflight import problems
+from voice_agent.server.preflight import problems
 
 
 def test_the_defaults_can_work():

@@ -1,6 +1,6 @@
 import pytest
 
-from voice_agent.stt import looks_looped
+from voice_agent.engines.stt import looks_looped
 
 
 @pytest.mark.parametrize(
@@ -25,7 +25,7 @@ def test_decoding_on_its_own_threads_gives_the_same_words():
 
     from tests.speech import SHARED_AUDIO
     from voice_agent.audio import resample
-    from voice_agent.stt import SAMPLE_RATE, WhisperSTT
+    from voice_agent.engines.stt import SAMPLE_RATE, WhisperSTT
 
     audio, rate = soundfile.read(SHARED_AUDIO / "jfk.flac", dtype="float32")
     audio = resample(audio.mean(axis=1) if audio.ndim > 1 else audio, rate, SAMPLE_RATE)[: 6 * SAMPLE_RATE]

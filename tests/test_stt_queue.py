@@ -7,8 +7,8 @@ import asyncio
 import numpy as np
 import pytest
 
-from voice_agent.interfaces import Reading
-from voice_agent.stt_queue import Kind, STTQueue, STTScheduler
+from voice_agent.engines.interfaces import Reading
+from voice_agent.engines.stt_queue import Kind, STTQueue, STTScheduler
 
 
 class Clock:

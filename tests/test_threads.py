@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 import threading
 
-from voice_agent import threads
-from voice_agent.threads import iterate_in_thread
+from voice_agent.engines import threads
+from voice_agent.engines.threads import iterate_in_thread
 
 
 class Counting:

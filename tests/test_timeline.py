@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 
 from tests.test_session import tone
-from voice_agent.timeline import AudioTimeline
-from voice_agent.vad import WINDOW
+from voice_agent.engines.vad import WINDOW
+from voice_agent.turn_taking.timeline import AudioTimeline
 
 RATE = 16000
 FRAME = 320  # 20 ms

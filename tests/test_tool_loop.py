@@ -8,9 +8,9 @@ import time
 
 import pytest
 
-from voice_agent.llm.base import ToolCall
-from voice_agent.tool_loop import ALREADY_DONE, PENDING, ToolLedger, ToolLoop
-from voice_agent.tools import as_tool, tool
+from voice_agent.agent.tool_loop import ALREADY_DONE, PENDING, ToolLedger, ToolLoop
+from voice_agent.agent.tools import as_tool, tool
+from voice_agent.engines.llm.base import ToolCall
 
 
 class ScriptedLLM:
@@ -306,7 +306,7 @@ async def test_a_session_runs_at_most_its_cap_of_calls_over_its_answers():
 
 
 async def test_tool_results_are_screened_of_chat_markup():
-    from voice_agent.llm.markup import ChatMarkup
+    from voice_agent.engines.llm.markup import ChatMarkup
 
     def notes() -> str:
         """Reads the caller's notes."""

@@ -10,8 +10,8 @@ from typing import Literal
 
 import pytest
 
-from voice_agent.agent import Agent, CallContext, load_agent
-from voice_agent.tools import (
+from voice_agent.agent.agent import Agent, CallContext, load_agent
+from voice_agent.agent.tools import (
     MAX_RESULT_CHARS,
     RESULT_CUT,
     ToolError,

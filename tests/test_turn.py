@@ -1,6 +1,6 @@
 import pytest
 
-from voice_agent.turn import Completeness, TurnDetector, TurnSignals, classify, fused_completeness
+from voice_agent.turn_taking.turn import Completeness, TurnDetector, TurnSignals, classify, fused_completeness
 
 
 @pytest.mark.parametrize(

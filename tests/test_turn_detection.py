@@ -4,7 +4,7 @@ import dataclasses
 
 from voice_agent.config import Settings
 from voice_agent.protocols.events import MANUAL, SEMANTIC_VAD, SERVER_VAD, TurnDetection
-from voice_agent.turn_detection import turn_taking
+from voice_agent.turn_taking.turn_detection import turn_taking
 
 BASE = Settings(
     end_silence_complete_ms=350,

@@ -2,7 +2,7 @@
 
 Each runs `voice-agent bench ...` as a user would: a real server with the
 default models on a free port, the replay client over a real WebSocket.
-The full runs are commands (docs/endpointing.md, "Real speech and the echo rig").
+The full runs are commands (docs/turn-taking.md, "Measuring").
 """
 
 from __future__ import annotations

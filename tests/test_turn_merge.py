@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from tests.test_session import Harness, quiet, tone
 from voice_agent.protocols.events import AgentAudio, Clear, Metrics, ResponseEnded, ResponseStarted, TurnIgnored
-from voice_agent.timeline import AudioTimeline
 from voice_agent.turn_taking.floor import FloorState
+from voice_agent.turn_taking.timeline import AudioTimeline
 from voice_agent.turn_taking.user_turn import UserTurn
 
 LONG = " ".join(f"w{i}." for i in range(40))

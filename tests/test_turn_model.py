@@ -4,9 +4,9 @@ import math
 
 import pytest
 
-from voice_agent.pause_habit import PauseHabit
-from voice_agent.turn import Completeness, TurnDetector, TurnSignals, classify
-from voice_agent.turn_model import FEATURES, TurnModel, default_model, features
+from voice_agent.turn_taking.pause_habit import PauseHabit
+from voice_agent.turn_taking.turn import Completeness, TurnDetector, TurnSignals, classify
+from voice_agent.turn_taking.turn_model import FEATURES, TurnModel, default_model, features
 
 
 def detector(cost: float = 4.0, habit: PauseHabit | None = None) -> TurnDetector:

@@ -2,8 +2,8 @@ import asyncio
 
 import numpy as np
 
-from voice_agent.turn import Completeness
-from voice_agent.turn_signals import PauseSignals
+from voice_agent.turn_taking.turn import Completeness
+from voice_agent.turn_taking.turn_signals import PauseSignals
 
 
 class SlowLLM:

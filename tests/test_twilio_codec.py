@@ -39,7 +39,7 @@ from voice_agent.protocols.telephony import (
     TwilioCaller,
     decode_media,
 )
-from voice_agent.twiml import connect_stream, is_valid_signature, signature, stream_url
+from voice_agent.server.twiml import connect_stream, is_valid_signature, signature, stream_url
 
 SID = "MZ" + "1" * 32
 CALL = "CA" + "2" * 32

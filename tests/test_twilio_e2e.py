@@ -19,7 +19,7 @@ import websockets
 from tests.conftest import start_server, stop_server
 from tests.speech import silence, speech
 from tests.twilioclient import FRAME_S, TwilioClient
-from voice_agent.twiml import signature
+from voice_agent.server.twiml import signature
 
 pytestmark = pytest.mark.e2e
 

@@ -6,11 +6,11 @@ import asyncio
 
 import numpy as np
 
-from voice_agent.reply import ReplyTimings
-from voice_agent.reply_factory import TurnMetrics
-from voice_agent.timeline import AudioTimeline
+from voice_agent.agent.reply_factory import TurnMetrics
+from voice_agent.engines.vad import WINDOW, WINDOW_MS
+from voice_agent.reply.pipeline import ReplyTimings
+from voice_agent.turn_taking.timeline import AudioTimeline
 from voice_agent.turn_taking.user_turn import SPEECH_TAIL_SAMPLES, UserTurn
-from voice_agent.vad import WINDOW, WINDOW_MS
 
 
 class CountingSTT:
@@ -91,7 +91,7 @@ class ReadingLLM:
 
 
 async def test_the_turn_tells_when_its_speculative_transcript_and_each_signal_come_in():
-    from voice_agent.turn_signals import PauseSignals
+    from voice_agent.turn_taking.turn_signals import PauseSignals
 
     turn = a_turn(CountingSTT())
     news: list[str] = []

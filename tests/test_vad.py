@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 
 from tests.speech import silence, speech
-from voice_agent.vad import WINDOW, SileroVAD
+from voice_agent.engines.vad import WINDOW, SileroVAD
 
 pytestmark = pytest.mark.models
 

@@ -24,7 +24,7 @@ from prometheus_client import REGISTRY  # noqa: E402  (a vLLM dependency)
 
 from tests.conftest import start_server, stop_server  # noqa: E402
 from tests.vllm_support import DTYPE, ENGINE_ARGS, VLLM_ENV, spoken_turn  # noqa: E402
-from voice_agent.llm.vllm_engine import VLLMBackend  # noqa: E402
+from voice_agent.engines.llm.vllm_engine import VLLMBackend  # noqa: E402
 
 # The engine's output handler lives on the loop that first used it: one loop for the module.
 pytestmark = [pytest.mark.e2e, pytest.mark.asyncio(loop_scope="module")]

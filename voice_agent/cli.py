@@ -77,7 +77,7 @@ def cap_malloc_arenas(arenas: int = 2) -> None:
 
 
 def serve_command(settings: Settings) -> int:
-    from .preflight import problems
+    from .server.preflight import problems
 
     if found := problems(settings):
         print("voice-agent serve: the settings cannot work:", *(f"  {p}" for p in found), sep="\n", file=sys.stderr)
@@ -96,8 +96,8 @@ def serve_command(settings: Settings) -> int:
     import uvicorn
 
     from . import log
-    from .server import create_app
-    from .shutdown import GracefulServer
+    from .server.app import create_app
+    from .server.shutdown import GracefulServer
 
     log.configure(
         settings.log_level,

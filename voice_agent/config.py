@@ -83,7 +83,7 @@ class Settings:
     # before this transcript. One window of silence inside speech also starts a
     # transcription that more speech makes stale (0.4 a turn more in the benchmark,
     # endpointing and AMI turns), a cost the 2 cores absorb. Server medians of 27
-    # benchmark turns each, A/B under load about 2 (docs/results/latency-2026-11-22.md):
+    # benchmark turns each, A/B under load about 2 (docs/results/latency.md):
     # 64 ms gave first audio 498 ms after the speech, 32 ms 476 ms; Whisper's
     # words differed in 7 of 57 turns, as often better as worse.
     stt_speculative_silence_ms: int = _opt(
@@ -119,25 +119,25 @@ class Settings:
     # Voice activity and turn detection
     vad_threshold: float = _opt(0.5, "Silero speech probability that counts as speech.", "turn")
     vad_min_speech_ms: int = _opt(96, "Speech needed before a user turn is considered started.", "turn")
-    # Defaults favour latency (docs/endpointing.md, "The defaults"): with them the
+    # Defaults favour latency (docs/turn-taking.md, "Why these defaults"): with them the
     # agent answers into some mid-turn pauses of the eval (the held answer is
     # ready when the turn commits, so the user hears it): 7 of its 20 paused
     # turns. 700/1000 (complete/no hint) cut none of them, at about 300 ms
     # more delay: use it where being cut off costs more than waiting.
-    # docs/endpointing.md, "The decision": the fitted model (turn_model.py) gives P(the turn has ended) at
+    # docs/turn-taking.md, "The decision": the fitted model (turn_model.py) gives P(the turn has ended) at
     # each moment of a pause, and the turn ends once answering costs less than waiting; the rules are the
     # per-kind silences below, kept to compare against.
     turn_decision: str = _opt(
         "rules",
         "How a pause ends the turn: rules (a silence per kind of transcript: the --end-silence-* settings) or "
         "learned (the fitted end-of-turn model and --cut-in-cost; it holds a statement with a number, "
-        "'We will arrive at around 730.', to the 2 s fallback, see docs/endpointing.md).",
+        "'We will arrive at around 730.', to the 2 s fallback, see docs/results/endpointing.md).",
         "turn",
         ("learned", "rules"),
     )
     # Eight: offline, on recordings held out of the fit, 4 is the knee (7 of 36 pauses cut, against 3 at 8), but
     # in the endpointing eval 4 cut into 4 of the real group's 10 paused turns and 8 into 1, with the synthetic
-    # turns answered sooner than by the rules and the real ones as late (docs/endpointing.md, "The decision").
+    # turns answered sooner than by the rules and the real ones as late (docs/results/endpointing.md).
     cut_in_cost: float = _opt(
         8.0,
         "How many waits a cut-in costs: the learned decision answers once the chance that the user is done "
@@ -147,7 +147,7 @@ class Settings:
     end_silence_complete_ms: int = _opt(350, "Silence that ends a turn after a complete sentence.", "turn")
     end_silence_ms: int = _opt(600, "Silence that ends a turn when the transcript gives no hint.", "turn")
     # Two seconds: speakers of the endpointing eval paused 1.3 and 1.5 s after "my"
-    # and "at" (docs/endpointing.md); a turn that really ends on such a word is rare.
+    # and "at" (docs/turn-taking.md); a turn that really ends on such a word is rare.
     end_silence_incomplete_ms: int = _opt(
         2000,
         "Silence that ends a turn after a trailing conjunction, article, filler or number, "
@@ -155,10 +155,10 @@ class Settings:
         "turn",
     )
     # Two minutes: a caller explaining a problem talks past 30 s, and a turn at this length is committed
-    # at its next gap between words, however it goes on (docs/endpointing.md: a 47 s turn of JFK's words
+    # at its next gap between words, however it goes on (docs/results/endpointing.md: a 47 s turn of JFK's words
     # with thinking pauses). It bounds the audio a session keeps: 7.7 MB at 16 kHz.
     max_turn_s: float = _opt(120.0, "A turn longer than this is committed at once.", "turn")
-    # docs/endpointing.md, "The decision": a question the LLM calls finished
+    # docs/turn-taking.md, "The decision": a question the LLM calls finished
     # (end-of-turn logprob >= -1.2) is what the benchmark's questions are, and
     # what none of the real meeting turns' mid-turn pauses was.
     end_silence_confident_ms: int = _opt(
@@ -169,7 +169,7 @@ class Settings:
     )
     # Real speakers go on after a finished telling: in the real group of the
     # endpointing eval every long thinking pause (up to 2.1 s) followed one, and
-    # none followed a request (docs/endpointing.md, "Tellings"). Questions,
+    # none followed a request (docs/turn-taking.md, "Why these defaults"). Questions,
     # requests, goodbyes and answers to the agent's questions are not tellings.
     end_silence_telling_ms: int = _opt(
         2000,
@@ -219,7 +219,7 @@ class Settings:
     # Fillers too: alone, "uh" is what Whisper makes of a short "uh-huh"; a user who
     # goes on is checked again every 160 ms of speech, and stopped at --barge-in-force-ms.
     # "Thank you" alone over an answer thanks it; it is also what Whisper reads into a
-    # door slam over the agent's echo (docs/endpointing.md, the echo rig).
+    # door slam over the agent's echo (docs/results/bargein.md).
     barge_in_backchannels: tuple[str, ...] = _opt(
         tuple(
             "yeah,yes,yep,yup,mm,mmm,mhm,mhmm,mmhmm,mm hm,mm hmm,hm,hmm,uh huh,okay,ok,right,sure,i see,got it,"
@@ -238,7 +238,7 @@ class Settings:
         (0, 1),
     )
     # Off by default: on the barge-in eval's echo rig the agent stopped for its own voice more often with it than
-    # with the echo test alone (docs/endpointing.md, "The echo canceller"). auto costs about 1% of a core per
+    # with the echo test alone (docs/results/bargein.md). auto costs about 1% of a core per
     # session and passes an input without echo unchanged; a client that cancels echo itself is left alone.
     echo_cancellation: str = _opt(
         "off",
@@ -491,7 +491,7 @@ class Settings:
         "cannot take every slot; further streams are closed with 1013. 0 means only --max-sessions applies.",
         "limits",
     )
-    # Admission by measured load (voice_agent/capacity.py, docs/operations.md)
+    # Admission by measured load (voice_agent/server/capacity.py, docs/operations.md)
     # Half the cores: turns come in bursts. At 0.5 the server's own estimate came within one session of the
     # knee measured on the 2-core machine, 3 or 4 sessions (docs/results/capacity.md).
     capacity_target: float = _opt(

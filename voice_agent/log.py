@@ -42,8 +42,8 @@ from collections import OrderedDict
 from collections.abc import Iterable
 from urllib.parse import unquote, unquote_plus
 
-from .limits import RateLimit
 from .printable import escape_controls
+from .rate_limit import RateLimit
 
 NO_SESSION = "-"
 REDACTED = "***"

@@ -29,7 +29,7 @@ from prometheus_client.registry import Collector
 from .protocols.events import Clear, Error, Metrics, OutputEvent
 
 if TYPE_CHECKING:
-    from .stt_queue import Kind, STTQueue
+    from .engines.stt_queue import Kind, STTQueue
 
 log = logging.getLogger(__name__)
 
@@ -188,7 +188,7 @@ class _ReportsDropped(Collector):
     """Session reports the process's post queue was too full to take (one queue per process)."""
 
     def collect(self) -> Iterable[Metric]:
-        reports = sys.modules.get("voice_agent.session_report")  # loaded only where an agent makes reports
+        reports = sys.modules.get("voice_agent.agent.session_report")  # loaded only where an agent makes reports
         yield CounterMetricFamily(
             "voice_agent_session_reports_dropped",
             "Session reports not posted because the delivery queue was full.",

@@ -12,14 +12,15 @@ import time
 from collections.abc import Callable, Coroutine, Sequence
 from typing import TYPE_CHECKING, Any
 
+from .agent.conversation import Conversation
+from .agent.reply_factory import ReplyFactory, TurnMetrics
 from .audio import PIPELINE_RATE
 from .config import Settings
-from .conversation import Conversation
-from .engines import Engines
-from .llm.base import Message, ToolCall
-from .llm.markup import chat_markup
-from .llm.scripted import ScriptedLLM
-from .llm.tokens import token_counter
+from .engines.llm.base import Message, ToolCall
+from .engines.llm.markup import chat_markup
+from .engines.llm.scripted import ScriptedLLM
+from .engines.llm.tokens import token_counter
+from .engines.loader import Engines
 from .log import log_exception
 from .protocols.events import (
     TURN_DETECTED,
@@ -40,10 +41,7 @@ from .protocols.events import (
     TurnCommitted,
     UserText,
 )
-from .reply import Reply
-from .reply_factory import ReplyFactory, TurnMetrics
-from .turn import has_words
-from .turn_signals import PauseSignals
+from .reply.pipeline import Reply
 from .turn_taking.answer import USER_HOLDS, Answer
 from .turn_taking.barge_in import BargeInPolicy
 from .turn_taking.client_control import CLIENT_CONTROL_EVENTS, ClientControl
@@ -61,11 +59,13 @@ from .turn_taking.floor import (
 )
 from .turn_taking.interruptions import Interruptions
 from .turn_taking.listener import Listener
+from .turn_taking.turn import has_words
 from .turn_taking.turn_merge import TurnMerge
+from .turn_taking.turn_signals import PauseSignals
 from .turn_taking.user_turn import UserTurn
 
 if TYPE_CHECKING:  # only a session with an agent uses them, and is handed them
-    from .agent_session import AgentSession
+    from .agent.agent_session import AgentSession
 
 log = logging.getLogger(__name__)
 

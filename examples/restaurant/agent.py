@@ -18,7 +18,7 @@ from pathlib import Path
 from bookings import WEEKDAYS, BookingError, Restaurant  # this file's folder is importable, as for a script
 
 from voice_agent import Agent, CallContext, tool
-from voice_agent.call_control import end_call
+from voice_agent.agent.call_control import end_call
 
 restaurant = Restaurant(os.environ.get("RESTAURANT_DB") or Path(__file__).with_name("restaurant.db"))
 

@@ -10,8 +10,8 @@ import threading
 
 import pytest
 
-from voice_agent.agent import load_agent
-from voice_agent.tools import run_tool
+from voice_agent.agent.agent import load_agent
+from voice_agent.agent.tools import run_tool
 
 TUESDAY = datetime.date(2026, 11, 24)
 MONDAY = datetime.date(2026, 11, 23)
@@ -109,6 +109,6 @@ def test_the_start_hook_adds_the_date_and_greets_by_name(agent):
 
 
 async def _start(agent, context):
-    from voice_agent.agent import call_hook
+    from voice_agent.agent.agent import call_hook
 
     await call_hook(agent.on_session_start, context)

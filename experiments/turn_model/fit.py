@@ -1,4 +1,4 @@
-"""Fit the end-of-turn model (voice_agent/turn_model.json) on labelled pauses, and check it on held-out recordings.
+"""Fit the end-of-turn model (voice_agent/turn_taking/turn_model.json) on labelled pauses, and check it on held-out recordings.
 
 Pauses (Silero, as the pipeline hears them, >= 96 ms):
 - AMI excerpts (../shared/audio/real, CC BY 4.0, the AMI Consortium): a pause
@@ -40,9 +40,9 @@ from prosody import prosody  # experiments/turn_model/prosody.py: tried, not use
 from voice_agent.config import Settings
 from voice_agent.replay import real_turns, vad_pauses
 from voice_agent.replay.script import load_audio
-from voice_agent.turn import TurnDetector, TurnSignals
-from voice_agent.turn_model import FEATURES, MODEL_PATH, TurnModel, features
-from voice_agent.vad import WINDOW, WINDOW_MS
+from voice_agent.turn_taking.turn import TurnDetector, TurnSignals
+from voice_agent.turn_taking.turn_model import FEATURES, MODEL_PATH, TurnModel, features
+from voice_agent.engines.vad import WINDOW, WINDOW_MS
 
 RATE = 16000
 ROOT = Path(__file__).resolve().parents[2]
@@ -141,14 +141,14 @@ def annotate(pauses: list[Pause], cache: Path, use_llm: bool, smart_turn_path: s
         entry = known.setdefault(key, {})
         if "text" not in entry:
             if stt is None:
-                from voice_agent.stt import WhisperSTT
+                from voice_agent.engines.stt import WhisperSTT
 
                 stt = WhisperSTT(workers=1)
             entry["text"] = stt.transcribe_blocking(pause.audio)
         pause.text = entry["text"]
         if use_llm and "logprob" not in entry:
             if llm is None:
-                from voice_agent.engines import create_llm
+                from voice_agent.engines.loader import create_llm
 
                 llm = create_llm(settings)
             messages = [{"role": "system", "content": settings.system_prompt}, {"role": "user", "content": pause.text}]
@@ -157,7 +157,7 @@ def annotate(pauses: list[Pause], cache: Path, use_llm: bool, smart_turn_path: s
         if smart_turn_path:
             if "smart_turn" not in entry:
                 if smart_turn is None:
-                    from voice_agent.smart_turn import SmartTurn
+                    from voice_agent.engines.smart_turn import SmartTurn
 
                     smart_turn = SmartTurn(smart_turn_path)
                 # As the session asks it: the turn's audio up to the moment, here 200 ms into the pause.

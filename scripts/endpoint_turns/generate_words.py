@@ -21,8 +21,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from generate import RATE, TURNS  # noqa: E402  (the turns, and their tags)
 
 from voice_agent.bench.speech import rendition  # noqa: E402
+from voice_agent.engines.stt import WhisperSTT, default_model_path  # noqa: E402
 from voice_agent.replay.word_cuts import Word, best_cut, boundary_time, insert_pauses, likeness  # noqa: E402
-from voice_agent.stt import WhisperSTT, default_model_path  # noqa: E402
 
 OUT = Path(__file__).resolve().parent / "words"
 

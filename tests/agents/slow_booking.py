@@ -6,8 +6,8 @@ import dataclasses
 import time
 
 from voice_agent import Agent
-from voice_agent.agent import load_agent
-from voice_agent.tools import Tool
+from voice_agent.agent.agent import load_agent
+from voice_agent.agent.tools import Tool
 
 BOOKING_S = 2.0
 

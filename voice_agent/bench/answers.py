@@ -38,10 +38,10 @@ from typing import Any
 import numpy as np
 
 from ..config import DEFAULT_SYSTEM_PROMPT, SPOKEN_ANSWER_RULES, Settings
-from ..llm.base import Message
-from ..repetition import longest_word_run, repeated_trigram_share, spoken_words
-from ..reply import NOTHING_TO_SAY, Reply
-from ..speakable import speakable, unspeakable
+from ..engines.llm.base import Message
+from ..engines.speakable import speakable, unspeakable
+from ..reply.pipeline import NOTHING_TO_SAY, Reply
+from ..reply.repetition import longest_word_run, repeated_trigram_share, spoken_words
 
 QUESTIONS_FILE = "answers_questions.json"
 RATE = 16000
@@ -339,7 +339,7 @@ async def answer_one(
 
 async def load_backend(setting: AnswerSetting, llm_model: str) -> Any:
     """An embedded llama.cpp backend for ``setting``, its system prompt evaluated as the server's warm-up does."""
-    from ..engines import create_llm
+    from ..engines.loader import create_llm
 
     settings = Settings(llm_model=llm_model, llm_instances=1, system_prompt=setting.system_prompt)
     llm: Any = create_llm(settings)

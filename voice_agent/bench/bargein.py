@@ -17,7 +17,7 @@ user turns outside the user's own windows). The same counts without --echo
 are the baseline: a chunk that comes late also pauses the agent's voice.
 
 Writes artifacts/bargein/<date-time>/: bargein.json, bargein.md, the replay
-report and the server log. See docs/endpointing.md.
+report and the server log. See docs/turn-taking.md.
 """
 
 from __future__ import annotations

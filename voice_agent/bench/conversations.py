@@ -25,10 +25,10 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from ..agent.conversation import Conversation
 from ..config import Settings
-from ..conversation import Conversation
-from ..repetition import spoken_words
-from ..speech_act import sentences
+from ..reply.repetition import spoken_words
+from ..turn_taking.speech_act import sentences
 from .answers import AnswerSetting, answer_one, load_backend, takes_server_options, write_report
 
 CONVERSATIONS_FILE = "conversations.json"

@@ -20,7 +20,7 @@ one fresh server each, and draws the curve of false cut-offs against delay.
 
 Writes artifacts/endpointing/<date-time>/: endpoint.json, endpoint.md, per
 point the replay report and server log, and with --sweep sweep.png.
-See docs/endpointing.md.
+See docs/turn-taking.md.
 """
 
 from __future__ import annotations

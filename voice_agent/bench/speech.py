@@ -12,7 +12,7 @@ from ..audio import resample
 from ..replay.measure import speech_bounds
 
 if TYPE_CHECKING:
-    from ..tts import PiperTTS
+    from ..engines.tts import PiperTTS
 
 LEVEL = 0.5  # about half full scale: loud enough for the VAD, with headroom for mixing
 JOIN_MARGIN_S = 0.02  # of the voice's own fade kept at each join of a composed turn
@@ -20,7 +20,7 @@ JOIN_MARGIN_S = 0.02  # of the voice's own fade kept at each join of a composed 
 
 @functools.cache
 def _voice() -> PiperTTS:
-    from ..tts import PiperTTS  # loads the voice model: only when speech is asked for
+    from ..engines.tts import PiperTTS  # loads the voice model: only when speech is asked for
 
     return PiperTTS()
 

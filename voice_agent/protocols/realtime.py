@@ -27,9 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..audio import (
-    StreamResampler,
-)
+from ..audio import StreamResampler
 from ..printable import printable
 from . import realtime_fields as fields
 from .client_options import screen_prompt_options, user_text_error
@@ -69,12 +67,7 @@ from .events import (
     UserText,
     UserTextAdded,
 )
-from .realtime_fields import (
-    MAX_OUTPUT_CHARS,
-    PCM,
-    AudioFormat,
-    Invalid,
-)
+from .realtime_fields import MAX_OUTPUT_CHARS, PCM, AudioFormat, Invalid
 from .realtime_json import decode_event
 from .strict_json import InvalidJSON
 

@@ -18,15 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from ..audio import (
-    alaw_decode,
-    alaw_encode,
-    float_to_int16,
-    float_to_pcm16,
-    mulaw_decode,
-    mulaw_encode,
-    pcm16_to_float,
-)
+from ..audio import alaw_decode, alaw_encode, float_to_int16, float_to_pcm16, mulaw_decode, mulaw_encode, pcm16_to_float
 from ..printable import printable
 from .events import (
     MANUAL,

@@ -114,7 +114,7 @@ class MediaStreamsProtocol:
     input (``{digit}`` is replaced), and an empty template ignores key presses.
 
     ``call_id``: the call this stream was issued for (a redeemed call token,
-    :mod:`voice_agent.call_tokens`); a ``start`` for another call is refused
+    :mod:`voice_agent.protocols.call_tokens`); a ``start`` for another call is refused
     and the stream closed. Only then is the call reported ``call_verified``:
     otherwise its id is only what the other end claims.
     """

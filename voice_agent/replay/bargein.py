@@ -2,7 +2,7 @@
 stop, how soon, and did it stop for a sound it should have ignored?
 
 Pure functions over what a replay client received (``measure``'s instants).
-``voice-agent bench bargein`` runs them; ``docs/endpointing.md`` explains the eval.
+``voice-agent bench bargein`` runs them; ``docs/turn-taking.md`` explains the eval.
 
 What the user hears is what counts: a client that plays the agent's frames
 as they arrive and drops its queue at ``clear`` (``measure.playback_intervals``)

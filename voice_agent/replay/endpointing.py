@@ -3,7 +3,7 @@ and how soon did it answer once the user had really finished?
 
 Pure functions over what a replay client sent and received (``measure``'s
 instants, client ``time.monotonic()`` readings). ``voice-agent bench endpointing``
-runs them on replayed turns; ``docs/endpointing.md`` explains the eval.
+runs them on replayed turns; ``docs/turn-taking.md`` explains the eval.
 
 A turn is **cut off** when, after the user's first speech and before the end
 of their last, the agent either

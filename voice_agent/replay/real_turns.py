@@ -36,7 +36,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..vad import WINDOW_MS
+from ..engines.vad import WINDOW_MS
 from . import vad_pauses
 
 RATE = 16000
@@ -221,7 +221,7 @@ def main() -> None:
     entries.sort(key=lambda entry: (not entry[0].pauses_s, entry[0].name))
     lines = [
         "# Real speech for the endpointing eval (scripts/endpoint_eval --group real).",
-        "# Written by: python -m voice_agent.replay.real_turns; see docs/endpointing.md and README.md here.",
+        "# Written by: python -m voice_agent.replay.real_turns; see docs/turn-taking.md and README.md here.",
         f"# {ATTRIBUTION}",
         f"# {sum(1 for c, _ in entries if c.pauses_s)} turns pause mid-turn (Silero, >= {vad_pauses.MIN_PAUSE_MS} ms);"
         f" {sum(1 for c, _ in entries if not c.pauses_s)} do not.",

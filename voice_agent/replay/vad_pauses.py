@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..audio import resample
-from ..vad import SAMPLE_RATE, WINDOW, WINDOW_MS, SileroVAD
+from ..engines.vad import SAMPLE_RATE, WINDOW, WINDOW_MS, SileroVAD
 
 # The mid-turn pauses are 300 to 1500 ms; shorter gaps are the breaks
 # between words or at a comma that any speaker leaves.

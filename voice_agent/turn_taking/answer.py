@@ -14,7 +14,7 @@ import enum
 import logging
 from collections.abc import Iterable
 
-from ..reply import Reply
+from ..reply.pipeline import Reply
 
 log = logging.getLogger(__name__)
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from ..config import Settings
 from ..echo import ECHO_SHARE, is_echo, timed_words, words_of
-from ..vad import WINDOW_MS
+from ..engines.vad import WINDOW_MS
 
 BARGE_RECHECK_MS = 160  # more overlapping speech since the last check: look again
 # Words that stop no one, heard over the echo, interrupt once their turn ends only if they held this much
@@ -140,7 +140,7 @@ class BargeInPolicy:
         """Whether ``text``, read in ``spoken_ms`` of speech over the agent (``no_speech``: Whisper judged it no
         speech), is Whisper's reading of a noise: words it judges no speech itself, with no stop word among
         them. "I'm gonna be a good one." for a hiss, "That's it." for a laugh over the rig's echo were so judged;
-        none of the eval's interruptions over it was, but a "Wait." alone was, once (docs/endpointing.md). A stop
+        none of the eval's interruptions over it was, but a "Wait." alone was, once (docs/results/bargein.md). A stop
         word so judged is a noise's too where it is shorter than any said: a door slam over the echo left 96 ms
         of speech, read "No." twice, and cleared the answer; a "Stop.", "No." or "Wait." said at once keeps
         160 ms or more (scripts/bargein_eval)."""

@@ -22,13 +22,15 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
-from ..agent_session import AgentSession
+from ..agent.agent_session import AgentSession
+from ..agent.client_tools import ClientCalls, ToolOffer
+from ..agent.conversation import Conversation
+from ..agent.reply_factory import ReplyFactory, TurnMetrics
 from ..audio import PIPELINE_RATE
-from ..client_tools import ClientCalls, ToolOffer
 from ..config import Settings
-from ..conversation import Conversation
-from ..engines import Engines
-from ..llm.base import Message, supports_tools
+from ..engines.llm.base import Message, supports_tools
+from ..engines.loader import Engines
+from ..engines.stt_queue import SessionSTT
 from ..log import log_exception
 from ..printable import printable
 from ..protocols.events import (
@@ -67,17 +69,15 @@ from ..protocols.events import (
     UserTextAdded,
     chosen_name,
 )
-from ..reply import Reply
-from ..reply_factory import ReplyFactory, TurnMetrics
-from ..stt_queue import SessionSTT
-from ..turn import has_words
-from ..turn_detection import turn_taking
+from ..reply.pipeline import Reply
 from .answer import Answer
 from .listener import Listener
+from .turn import has_words
+from .turn_detection import turn_taking
 from .user_turn import UserTurn
 
 if TYPE_CHECKING:
-    from ..agent import CallContext
+    from ..agent.agent import CallContext
 
 log = logging.getLogger(__name__)
 

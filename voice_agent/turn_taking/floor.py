@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..protocols.events import TURN_DETECTED, AgentState, Clear, OutputEvent, ResponseEnded, ResponseStarted
-from ..reply import Reply
+from ..reply.pipeline import Reply
 from .answer import CANCELLED, COMPLETED, FAILED, Answer, Hold
 
 log = logging.getLogger(__name__)

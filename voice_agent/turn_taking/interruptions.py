@@ -23,17 +23,17 @@ from ..echo import ECHO_SHARE, WHOLE_ECHO_SHARE, others_words, timed_words, word
 from ..echo_reference import INPUT_SAMPLES as ECHO_INPUT_SAMPLES
 from ..echo_reference import QUIET_INPUT_SAMPLES, EchoReference
 from ..echo_suppression import FIT_S, suppress_echo
-from ..engines import Engines
-from ..interfaces import Reading
+from ..engines.interfaces import Reading
+from ..engines.loader import Engines
+from ..engines.stt_queue import SessionSTT
+from ..engines.vad import WINDOW, WINDOW_MS
 from ..protocols.events import TURN_DETECTED, AgentAudio, Clear, OutputEvent, TurnDetection, TurnIgnored
-from ..reply import Reply
-from ..stt_queue import SessionSTT
-from ..turn import has_words
-from ..vad import WINDOW, WINDOW_MS
+from ..reply.pipeline import Reply
 from .answer import USER_HOLDS, Answer, Hold
 from .barge_in import BargeIn, BargeInPolicy, Hearing, Judgement, Verdict, judge
 from .floor import Floor, FloorEvent, HandOver, Pause, Resume
 from .listener import Listener
+from .turn import has_words
 from .user_turn import SPEECH_TAIL_SAMPLES, UserTurn
 
 log = logging.getLogger(__name__)
@@ -48,7 +48,7 @@ MIN_SPEECH_WINDOWS = 3
 # in what is left of the echo (in 3 of 4 stretches of 480 ms of a Piper answer's echo through the rig's rooms,
 # three windows or more), which keeps 3 % (the suppressor's floor) to 26 % (p95) of it; a user's voice over the
 # echo keeps 75 to 96 % (medians of the barge-in eval's turns). Offline, 2 to 3 % of those stretches kept three
-# such windows, and 88 % of the user's windows were kept (docs/endpointing.md).
+# such windows, and 88 % of the user's windows were kept (docs/results/bargein.md).
 MIN_KEPT_SHARE = 0.15
 # Speech at the onset that fades holds the agent's pause this long for more: over the echo a user's first
 # syllables come as lone speech windows about 60 ms apart (the echo test takes those between for echo), and
@@ -583,7 +583,7 @@ class Interruptions:
         """``turn``, over the agent, ended short of a barge-in check, and the agent went on: a stop word in its
         words stops the agent all the same. "Stop.", "No." and "Wait." said at once hold 160 to 320 ms of
         speech (Piper's, over the echo rig's rooms), and the check waits for 250; no short noise or
-        acknowledgement over the echo was read with one (docs/endpointing.md)."""
+        acknowledgement over the echo was read with one (docs/results/bargein.md)."""
         if self._session.control.turn_detection.interrupt_response:
             # With the word's last sounds past its last speech window: read without them, "Stop." was "stuff"
             # and "No." "Now" (scripts/bargein_eval over short words).

@@ -21,19 +21,18 @@ import numpy as np
 
 from ..audio import PIPELINE_RATE, StreamResampler
 from ..config import Settings
-from ..echo_canceller import input_canceller
 from ..echo_reference import INPUT_SAMPLES as ECHO_INPUT_SAMPLES
 from ..echo_suppression import FIT_S as ECHO_FIT_S
-from ..interfaces import SpeechStream
+from ..engines.interfaces import SpeechStream
+from ..engines.stt_queue import SessionSTT
+from ..engines.vad import PREROLL_SAMPLES, WINDOW, WINDOW_MS
 from ..log import log_exception
-from ..pause_habit import MIN_PAUSE_MS, PauseHabit
 from ..protocols.events import OutputEvent, Transcript
-from ..stt_queue import SessionSTT
-from ..timeline import AudioTimeline
-from ..turn import Completeness, TurnDetector, TurnSignals, classify
-from ..turn_detection import PREROLL_SAMPLES
-from ..turn_model import default_model
-from ..vad import WINDOW, WINDOW_MS
+from .echo_canceller import input_canceller
+from .pause_habit import MIN_PAUSE_MS, PauseHabit
+from .timeline import AudioTimeline
+from .turn import Completeness, TurnDetector, TurnSignals, classify
+from .turn_model import default_model
 from .user_turn import UserTurn
 
 log = logging.getLogger(__name__)

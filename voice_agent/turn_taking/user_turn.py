@@ -25,14 +25,14 @@ from collections.abc import Awaitable, Callable
 
 import numpy as np
 
+from ..agent.reply_factory import TurnMetrics
 from ..audio import PIPELINE_RATE
-from ..reply import Reply
-from ..reply_factory import TurnMetrics
-from ..stt_queue import SessionSTT
-from ..timeline import AudioTimeline
-from ..turn import TurnSignals
-from ..turn_signals import PauseSignals
-from ..vad import WINDOW, WINDOW_MS
+from ..engines.stt_queue import SessionSTT
+from ..engines.vad import WINDOW, WINDOW_MS
+from ..reply.pipeline import Reply
+from .timeline import AudioTimeline
+from .turn import TurnSignals
+from .turn_signals import PauseSignals
 
 SPEECH_TAIL_SAMPLES = PIPELINE_RATE // 10  # Whisper gets 100 ms past the last speech window
 # Fifteen seconds: a question or a sentence or two, which is read whole as it always was, and a part that

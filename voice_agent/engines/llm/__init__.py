@@ -1,0 +1,1 @@
+"""LLM backends behind one interface; see :mod:`voice_agent.engines.llm.base`."""

@@ -1,1 +1,0 @@
-"""LLM backends behind one interface; see :mod:`voice_agent.llm.base`."""

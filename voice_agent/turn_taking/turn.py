@@ -1,0 +1,321 @@
+"""End-of-turn decisions: how much silence ends the turn, from what the signals say.
+
+The transcript rules (``classify``) read a pause after a complete sentence as
+likely the end, and one after "and", "the", "um" or a number as the user
+thinking; the LLM's end-of-utterance probability, the dialogue state (what
+the agent asked for) and an audio end-of-turn model move a turn between those
+levels (``fused_completeness``). ``TurnDetector`` turns them into a silence:
+by default the fitted model's (``turn_model.py``), the silence at which the
+chance that the user is done outweighs the cost of a cut-in; with
+``--turn-decision rules``, a silence per level.
+docs/turn-taking.md ("The decision") has the measurements behind the numbers.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from dataclasses import dataclass
+from typing import Protocol
+
+from .pause_habit import PauseHabit
+from .speech_act import SpeechAct, hands_over, speech_act
+
+# Words after which a speaker almost always goes on, even when Whisper has
+# already put a full stop after them ("I'd like a table for."). Whisper writes
+# a thinking "hmm" as "m" too (the endpointing eval's hmm_vegetarian turn).
+CONTINUING_WORDS = frozenset(
+    """and or but because if although though unless than
+    a an the my your his her our their every
+    to of at for from with into onto between
+    um uh er erm hmm hm mm m i'm i'd i'll plus minus""".split()
+)
+
+# Words that often end a finished sentence ("That's what I like."), so they only
+# count as trailing when no sentence punctuation follows them.
+MAYBE_CONTINUING_WORDS = frozenset(
+    """so then when while since until that which who whom whose where as
+    this these those its some any each in on by about over under through
+    like well i we you is are was were be been am do does did have has had
+    can could would should will shall may might must not very really just also""".split()
+)
+
+# Prepositions that end a finished question ("What are you interested in?") but
+# rarely a statement: Whisper writes a full stop after a pause in "We arrive
+# on ... Friday" ("We to arrive on.") and after "and" misheard ("A cheeseburger
+# in."), so with a full stop they count as trailing.
+PREPOSITIONS = frozenset("in on by about".split())
+# A question may end in one of these: "Is there anything else I can help you with?", "Where are you from?".
+STRANDED_PREPOSITIONS = frozenset("to of at for from with into".split())
+
+# Phrases that ask for time to think: the user has the floor until they go on.
+HOLDING_PHRASES = (
+    "let me see",
+    "let me think",
+    "let me check",
+    "let's see",
+    "hold on",
+    "wait a second",
+    "wait a minute",
+    "one moment",
+    "one second",
+    "just a moment",
+    "just a second",
+    "give me a second",
+)
+
+# A sentence that announces what comes next ("The thing is ...", "What I mean is ..."): Whisper puts a
+# full stop after its "is" at the pause, and the rest of it is what the user has to say.
+_ANNOUNCING = re.compile(
+    r"(?:^|[.!?]\s+)(?:(?:well|so|and|but|okay|ok|yeah|um|uh)\W+)*"
+    r"(?:(?:the|my|our|your|one) (?:thing|problem|point|question|issue|reason|truth|idea|plan|trouble|fact)"
+    r"|what i (?:mean|want|need|think|said)) is\W*$"
+)
+# "Wait." or "No, wait." opening a sentence, not "I can wait.": the user is about to correct themselves.
+_WAIT = re.compile(r"(?:^|[.!?]\s+)(?:(?:no|oh|uh|um|okay|ok|sorry)\W+)*wait\W*$")
+_LAST_WORD = re.compile(r"([\w']+)\W*$")
+_HOLDING = re.compile(r"\b(?:" + "|".join(re.escape(p).replace("'", "'?") for p in HOLDING_PHRASES) + r")\W*$")
+_WORD = re.compile(r"\w")
+# A phone number is said in groups with pauses between them ("555 ... 0192");
+# fewer digits than a local number after "number is" is the first group.
+LOCAL_NUMBER_DIGITS = 7
+_PHONE_NUMBER = re.compile(
+    r"\b(?:phone(?: number)?(?: is|'s)?|number(?: is|'s)|(?:call|reach|text) me(?: at| on)?) ([\d\s,.\-]*)$"
+)
+
+
+class Completeness(enum.Enum):
+    COMPLETE = "complete"
+    UNKNOWN = "unknown"
+    INCOMPLETE = "incomplete"
+
+
+def has_words(transcript: str | None) -> bool:
+    """Whisper sometimes returns only punctuation ("." or "...") for a noise."""
+    return transcript is not None and _WORD.search(transcript) is not None
+
+
+def classify(transcript: str | None) -> Completeness:
+    """How likely the user is done, from the words so far; None: words not known yet."""
+    if transcript is None:
+        return Completeness.INCOMPLETE
+    text = transcript.strip()
+    if not has_words(text):
+        return Completeness.UNKNOWN
+    if text.endswith(("...", "…", ",", "-", "—", ":", ";")):
+        return Completeness.INCOMPLETE
+    lowered = text.lower()
+    if _HOLDING.search(lowered) or _WAIT.search(lowered) or _ANNOUNCING.search(lowered):
+        return Completeness.INCOMPLETE
+    match = _LAST_WORD.search(lowered)
+    if match:
+        word = match.group(1)
+        if word in CONTINUING_WORDS and not (text[-1] == "?" and word in STRANDED_PREPOSITIONS):
+            return Completeness.INCOMPLETE
+        if word.isdigit():
+            if _is_partial_phone_number(lowered):
+                return Completeness.INCOMPLETE
+            # "I live at 42." and "We arrive at 7:30." look the same; waiting the
+            # incomplete silence after both made every answer ending in a number the
+            # slowest turn of the benchmark, so Whisper's full stop makes it a draw.
+            return Completeness.UNKNOWN if text[-1] in ".!?" else Completeness.INCOMPLETE
+        if text[-1] not in ".!?" and word in MAYBE_CONTINUING_WORDS:
+            return Completeness.INCOMPLETE
+        if text[-1] == "." and word in PREPOSITIONS:
+            return Completeness.INCOMPLETE
+    if text[-1] in ".!?":
+        return Completeness.COMPLETE
+    return Completeness.UNKNOWN
+
+
+def _is_partial_phone_number(text: str) -> bool:
+    """Whether the text ends in the first digits of a phone number ("my number is 555.")."""
+    match = _PHONE_NUMBER.search(text)
+    return match is not None and 0 < sum(c.isdigit() for c in match.group(1)) < LOCAL_NUMBER_DIGITS
+
+
+# The LLM's log probability of the end-of-turn token after the user's words,
+# with the agent's last words in the prompt (llm.base.LLMBackend.end_of_turn_logprob).
+# Below LLM_UNFINISHED the sentence is broken off ("I have been using a demo":
+# -21, "my flight lands": -16, on the real and synthetic turns); a finished
+# question scores above LLM_FINISHED (-0.06 to -0.39 for the benchmark's
+# questions); a complete-looking sentence below LLM_UNSURE is a short reply
+# that often goes on ("That sounds good.": -3.1, "Okay.": -2.8, then more).
+LLM_UNFINISHED = -8.0
+LLM_UNSURE = -2.5
+LLM_FINISHED = -1.2
+# A question Whisper ended with "?" hands the turn over at a lower probability:
+# a greeting before it ("Hello, are you open tonight?": -1.44) or a thanks
+# ("Thank you, what time do you close?") costs the end token some of it, and the
+# "?" already says the user waits for an answer. The real group's sentences
+# before a thinking pause score -2.1 to -21, and are tellings.
+LLM_FINISHED_QUESTION = -2.0
+# Smart Turn's probability that the speaker is done, from the sound of the last
+# words: below this, a complete-looking sentence was said with a rising or level
+# voice.
+AUDIO_FINISHED = 0.5
+
+
+@dataclass(frozen=True)
+class TurnSignals:
+    """What is known about the user's words at one moment of a pause. None: not known (yet)."""
+
+    transcript: str | None
+    end_of_turn_logprob: float | None = None
+    answer: Completeness | None = None  # dialogue_state.answer_completeness: does it answer what was asked?
+    audio_end_probability: float | None = None
+    agent_asked: bool = False  # dialogue_state.asks_for_answer: the agent's last words asked for an answer
+
+
+def fused_completeness(signals: TurnSignals) -> Completeness:
+    """The transcript rules, moved by the other signals where they disagree."""
+    if signals.transcript is None:
+        return Completeness.INCOMPLETE
+    if signals.answer is not None:
+        # "555" after "What's your phone number?" goes on; "Yes." after a yes/no question is done.
+        return signals.answer
+    level = classify(signals.transcript)
+    logprob = signals.end_of_turn_logprob
+    if logprob is not None:
+        if logprob < LLM_UNFINISHED:
+            level = Completeness.UNKNOWN if level is Completeness.COMPLETE else Completeness.INCOMPLETE
+        elif level is Completeness.COMPLETE and logprob < LLM_UNSURE:
+            level = Completeness.UNKNOWN
+        elif level is Completeness.UNKNOWN and logprob >= LLM_FINISHED:
+            level = Completeness.COMPLETE  # "We will arrive at around 730."
+    audio = signals.audio_end_probability
+    if audio is not None and level is Completeness.COMPLETE and audio < AUDIO_FINISHED:
+        level = Completeness.UNKNOWN
+    return level
+
+
+# "730", "7:30", "19.30", "seven pm": a time of day is a whole value.
+_TIME_OF_DAY = re.compile(r"(?:\b(?:[01]?\d|2[0-3])[:.]?[0-5]\d|\b\d{1,2} ?(?:am|pm|a\.m|p\.m|o'clock))\W*$", re.I)
+
+
+def _ends_in_a_time(transcript: str | None) -> bool:
+    return transcript is not None and _TIME_OF_DAY.search(transcript) is not None
+
+
+# What a user waits for the agent after: a greeting is often followed by the reason for the call.
+_WAITS_FOR_THE_AGENT = (SpeechAct.QUESTION, SpeechAct.REQUEST, SpeechAct.CLOSING)
+
+
+def signals_agree_it_is_over(signals: TurnSignals) -> bool:
+    """A question, a request or a goodbye, or the answer to the agent's question, that no signal doubts, and
+    at least two signals back.
+
+    A user who asks for something or says goodbye is waiting for the agent;
+    so is one who has just answered what the agent asked for. None of the
+    real meeting turns' thinking pauses came after one of these that the LLM
+    called finished (docs/turn-taking.md, "The decision").
+    """
+    if signals.transcript is None:
+        return False
+    if signals.answer is Completeness.COMPLETE:
+        return True
+    if fused_completeness(signals) is not Completeness.COMPLETE:
+        return False
+    act = speech_act(signals.transcript)
+    if act not in _WAITS_FOR_THE_AGENT:
+        return False
+    logprob, audio = signals.end_of_turn_logprob, signals.audio_end_probability
+    if logprob is None and audio is None:
+        return False
+    asked = act is SpeechAct.QUESTION and signals.transcript.rstrip().endswith("?")
+    finished = LLM_FINISHED_QUESTION if asked else LLM_FINISHED
+    return (logprob is None or logprob >= finished) and (audio is None or audio >= AUDIO_FINISHED)
+
+
+class SilenceModel(Protocol):
+    """What the detector asks of a fitted end-of-turn model (``turn_model.TurnModel``)."""
+
+    def silence_for(self, signals: TurnSignals, probability: float) -> float: ...
+
+
+class TurnDetector:
+    """How much silence ends the turn: the fitted model's (``cut_in_cost`` given), or the rules' levels."""
+
+    def __init__(
+        self,
+        complete_ms: int = 350,
+        default_ms: int = 600,
+        incomplete_ms: int = 2000,
+        max_turn_s: float = 120.0,
+        confident_ms: int = 200,
+        telling_ms: int | None = None,
+        habit: PauseHabit | None = None,
+        cut_in_cost: float | None = None,
+        model: SilenceModel | None = None,
+    ):
+        self._silence_ms = {
+            Completeness.COMPLETE: complete_ms,
+            Completeness.UNKNOWN: default_ms,
+            Completeness.INCOMPLETE: incomplete_ms,
+        }
+        self.confident_ms = min(confident_ms, complete_ms)
+        # A finished telling may be followed by more ("Yes. ... And a dessert?"); a
+        # question, a request or a goodbye hands the turn over. None: tellings wait like them.
+        self.telling_ms = complete_ms if telling_ms is None else max(telling_ms, complete_ms)
+        self.max_turn_ms = max_turn_s * 1000.0
+        self.habit = PauseHabit() if habit is None else habit
+        self.model = model
+        # Answering now costs ``cut_in_cost`` with the chance that the user goes on; waiting costs one wait
+        # with the chance that they are done: answer once P(done) > cost / (cost + 1).
+        # Bounded so that a cost of 0 or a huge one still gives a silence between the shortest and the longest.
+        self.commit_probability = (
+            None if cut_in_cost is None else min(max(cut_in_cost / (cut_in_cost + 1.0), 0.01), 0.99)
+        )
+
+    def required_silence_ms(self, signals: TurnSignals | str | None) -> int:
+        """The silence that ends the turn; a bare transcript is the words alone."""
+        if not isinstance(signals, TurnSignals):
+            signals = TurnSignals(signals)
+        if self.model is None or self.commit_probability is None:
+            return self._rules_silence_ms(signals)
+        longest = self._silence_ms[Completeness.INCOMPLETE]
+        if signals.transcript is None:
+            return longest  # the words are not in yet: assume the user goes on
+        silence = self.model.silence_for(signals, self.commit_probability)
+        # Never inside the gap between two words, never past the longest wait.
+        silence = int(min(max(silence, self.confident_ms), longest))
+        if self._tells_and_may_go_on(signals):
+            return self.habit.telling_ms(silence)  # a user known to think longer after a telling
+        return silence
+
+    def _rules_silence_ms(self, signals: TurnSignals) -> int:
+        """The rules' levels: a silence per kind of transcript (--turn-decision rules)."""
+        silence = (
+            self.confident_ms if signals_agree_it_is_over(signals) else self._silence_ms[fused_completeness(signals)]
+        )
+        if signals.answer is not None:
+            return silence
+        if self._tells_and_may_go_on(signals):
+            return max(silence, self.habit.telling_ms(self.telling_ms))
+        no_hint = self._silence_ms[Completeness.UNKNOWN]
+        if self.habit.longest_within_turns_ms() >= no_hint:
+            # A user who thought that long within a turn after a finished sentence may do so after a question
+            # too: "Does anyone want to see Steve's feedback from there? ... from the specification?" (AMI,
+            # 780 ms), which every signal but Smart Turn called over. A shorter pause is the rhythm between
+            # sentences ("Sorry. Make that five people."); the answer to the agent's question is not held back.
+            return max(silence, no_hint)
+        return silence
+
+    @staticmethod
+    def _tells_and_may_go_on(signals: TurnSignals) -> bool:
+        """A sentence that tells, unasked: real speakers go on after these (speech_act.py).
+
+        Whisper's full stop or none: both came before the meetings' thinking
+        pauses. A telling that ends in a time of day ("We arrive at 730.") is
+        whole; one that ends in another number ("I live at 42.") is as likely
+        an address or a number begun as a telling finished.
+        """
+        text = signals.transcript
+        if signals.agent_asked or not has_words(text) or hands_over(speech_act(text)):
+            return False
+        return not _ends_in_a_time(text)
+
+    def is_turn_over(self, silence_ms: float, signals: TurnSignals | str | None, turn_ms: float = 0.0) -> bool:
+        if turn_ms >= self.max_turn_ms:
+            return True
+        return silence_ms >= self.required_silence_ms(signals)

@@ -383,7 +383,7 @@ class Session:
         self.floor.transition(Play(answer, reply))
         number = answer.number
         assert number is not None  # it plays
-        self.control.playing(number, reply)
+        self.control.items.playing(number, reply)
         if self.agent is not None:
             self.agent.release(reply.turn)
         failed = False
@@ -422,7 +422,7 @@ class Session:
             return
         results = self.control.calls.hand_off(calls)
         message = self.conversation.remember(reply.user_text, heard, tool_messages, calls, results)
-        self.control.remembered(reply, message)
+        self.control.items.remembered(reply, message)
 
     async def close(self) -> None:
         """Stop everything this session started."""

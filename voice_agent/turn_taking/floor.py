@@ -187,7 +187,7 @@ class Floor:
             case Announced() if self._unreported is not None:
                 self._emit(self._unreported)
                 self._unreported = None
-        if (state := self.state) is not self._told and SHOWN_STATE[state] != SHOWN_STATE[self._told]:
+        if SHOWN_STATE[state := self.state] != SHOWN_STATE[self._told]:
             self._emit(AgentState(SHOWN_STATE[state]))
         self._told = state
 

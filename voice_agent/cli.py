@@ -18,9 +18,9 @@ from .replay.command import add_arguments as replay_arguments
 from .replay.command import main as replay_main
 
 MAX_MESSAGE_BYTES = 1 << 20
-# Each connection's kernel send buffer (Linux doubles it). Autotuned, one loopback connection absorbed 2.8 MB
-# from a client that read nothing, 90 s of 16 kHz audio, before a send had to wait; fixed, 164 KB. Real-time
-# audio needs far less: 48 kHz PCM16 is 96 KB/s. Set on the listening socket, which accepted ones inherit.
+# Each connection's kernel send buffer (Linux doubles it), fixed so that a send to a client that reads nothing waits
+# after about 164 KB; autotuned, a loopback connection absorbs 2.8 MB (90 s of 16 kHz audio). Real-time audio needs
+# far less: 48 kHz PCM16 is 96 KB/s. Set on the listening socket, which accepted ones inherit.
 SEND_BUFFER_BYTES = 64 * 1024
 
 
@@ -62,9 +62,9 @@ def cap_malloc_arenas(arenas: int = 2) -> None:
 
     glibc gives threads their own arenas (up to 8 per core) and rarely returns
     their free memory; with Whisper, llama.cpp, Piper and the event loop
-    allocating from a dozen worker threads, a 10-minute soak grew the server's
-    RSS by 10.7 % in steps (docs/operations.md). Must run before those threads
-    exist; a no-op off glibc.
+    allocating from a dozen worker threads, the server's RSS grows in steps
+    over a soak (docs/results/load.md). Must run before those threads exist;
+    a no-op off glibc.
     """
     if "MALLOC_ARENA_MAX" in os.environ:
         return  # glibc read it at start-up

@@ -23,9 +23,8 @@ from typing import Any
 
 ENV_PREFIX = "VOICE_AGENT_"
 
-# The spoken-answer contract, then a few answers that keep it: chosen with
-# voice-agent bench answers (docs/answers.md). Examples written as quotations,
-# not as "Caller: / You:" lines, which the model copied into its answers.
+# The spoken-answer contract, then a few answers that keep it (docs/results/answers.md).
+# Examples are quotations, not "Caller: / You:" lines, which the model copies into its answers.
 SPOKEN_ANSWER_RULES = (
     "You are a friendly voice assistant talking with a caller. Everything you write is read aloud. "
     "Answer in one or two short sentences of plain spoken English, under 30 words. "
@@ -59,11 +58,11 @@ class Settings:
     )
     stt_device: str = _opt("cpu", "Device for faster-whisper: cpu, cuda or auto.", "stt")
     stt_compute_type: str = _opt("int8", "CTranslate2 compute type, e.g. int8, float16.", "stt")
-    # Two threads: a 3 s utterance took 81 ms with 2 and 129 ms with 1 on this
-    # 2-core CPU, once numpy's own BLAS thread stopped spinning beside it (stt.py).
+    # Two: the encoder's large matrices spread over cores, with numpy's own BLAS held to one
+    # thread so that it does not spin beside them (stt.py, docs/results/latency.md).
     stt_threads: int = _opt(2, "CPU threads per faster-whisper call.", "stt")
     # One: Whisper's decoder makes a token at a time from small matrices, and a
-    # second thread only waits at its barriers (stt.py: 63 ms a turn with 1, 87 with 2).
+    # second thread only waits at its barriers (stt.py, docs/results/latency.md).
     stt_decode_threads: int = _opt(
         1, "CPU threads while faster-whisper decodes the words (the encoder uses --stt-threads).", "stt"
     )
@@ -78,27 +77,21 @@ class Settings:
     )
     partial_interval_ms: int = _opt(500, "Minimum new speech between two partial transcripts.", "stt")
 
-    # 32 ms, one VAD window: the held answer's first audio, not the end-of-turn
-    # silence, is what the user waits for after a question, and it cannot start
-    # before this transcript. One window of silence inside speech also starts a
-    # transcription that more speech makes stale (0.4 a turn more in the benchmark,
-    # endpointing and AMI turns), a cost the 2 cores absorb. Server medians of 27
-    # benchmark turns each, A/B under load about 2 (docs/results/latency.md):
-    # 64 ms gave first audio 498 ms after the speech, 32 ms 476 ms; Whisper's
-    # words differed in 7 of 57 turns, as often better as worse.
+    # One VAD window: the held answer's first audio, not the end-of-turn silence, is what
+    # the user waits for after a question, and it cannot start before this transcript.
+    # A window of silence inside speech then starts a transcription that more speech
+    # makes stale, a cost the cores absorb (docs/results/latency.md).
     stt_speculative_silence_ms: int = _opt(
         32,
         "Silence after which the final transcription starts speculatively, before the turn is known to be over.",
         "stt",
     )
 
-    # Whisper's share per session (stt_queue.py): half a worker, a quarter of the default pool of two. A
-    # normal session stays under it: a spoken question costs 3 to 5 calls, 0.5 to 0.8 s of Whisper (the
-    # bystander of tests/test_attacks.py), and a 25 s monologue of sentences took 11.7 s of Whisper in 31 s,
-    # 0.47 a second while it lasted, on a 2-core machine loaded by other work (calls are charged by the clock,
-    # so load makes them dearer). The burst covers a long turn's peak, a partial of all its audio every half
-    # second until it settles (user_turn.py). At a quarter of a worker and a 5 s burst, that monologue would
-    # have spent all but a second of its budget, and the attack tests' bystander answered no faster.
+    # Whisper's share per session (stt_queue.py): half a worker, a quarter of the default pool of two.
+    # A normal session stays under it: a spoken question costs 3 to 5 calls, 0.5 to 0.8 s of Whisper,
+    # and a 25 s monologue about 0.47 worker-seconds a second on a loaded 2-core machine (calls are
+    # charged by the clock, so load makes them dearer). The burst covers a long turn's peak, a partial
+    # of all its audio every half second until it settles (user_turn.py).
     stt_budget: float = _opt(
         0.5,
         "Whisper worker-seconds a session may use per second, sustained; past its budget its partial "
@@ -119,11 +112,10 @@ class Settings:
     # Voice activity and turn detection
     vad_threshold: float = _opt(0.5, "Silero speech probability that counts as speech.", "turn")
     vad_min_speech_ms: int = _opt(96, "Speech needed before a user turn is considered started.", "turn")
-    # Defaults favour latency (docs/turn-taking.md, "Why these defaults"): with them the
-    # agent answers into some mid-turn pauses of the eval (the held answer is
-    # ready when the turn commits, so the user hears it): 7 of its 20 paused
-    # turns. 700/1000 (complete/no hint) cut none of them, at about 300 ms
-    # more delay: use it where being cut off costs more than waiting.
+    # The defaults favour latency: they answer into some mid-turn pauses, and the user hears it
+    # (the held answer is ready when the turn commits). --end-silence-complete-ms 700
+    # --end-silence-ms 1000 cut into none, at about 300 ms more delay: use them where being cut
+    # off costs more than waiting (docs/turn-taking.md, "Why these defaults"; docs/results/endpointing.md).
     # docs/turn-taking.md, "The decision": the fitted model (turn_model.py) gives P(the turn has ended) at
     # each moment of a pause, and the turn ends once answering costs less than waiting; the rules are the
     # per-kind silences below, kept to compare against.
@@ -135,9 +127,8 @@ class Settings:
         "turn",
         ("learned", "rules"),
     )
-    # Eight: offline, on recordings held out of the fit, 4 is the knee (7 of 36 pauses cut, against 3 at 8), but
-    # in the endpointing eval 4 cut into 4 of the real group's 10 paused turns and 8 into 1, with the synthetic
-    # turns answered sooner than by the rules and the real ones as late (docs/results/endpointing.md).
+    # Eight: 4 is the knee on pauses held out of the fit, but in the endpointing eval it cuts into
+    # real speakers' pauses that 8 waits through (docs/results/endpointing.md).
     cut_in_cost: float = _opt(
         8.0,
         "How many waits a cut-in costs: the learned decision answers once the chance that the user is done "
@@ -146,17 +137,17 @@ class Settings:
     )
     end_silence_complete_ms: int = _opt(350, "Silence that ends a turn after a complete sentence.", "turn")
     end_silence_ms: int = _opt(600, "Silence that ends a turn when the transcript gives no hint.", "turn")
-    # Two seconds: speakers of the endpointing eval paused 1.3 and 1.5 s after "my"
-    # and "at" (docs/turn-taking.md); a turn that really ends on such a word is rare.
+    # Two seconds: speakers pause well over a second after "my" or "at" while they find the next
+    # word (docs/turn-taking.md); a turn that really ends on such a word is rare.
     end_silence_incomplete_ms: int = _opt(
         2000,
         "Silence that ends a turn after a trailing conjunction, article, filler or number, "
         'or a phrase like "let me see"; with --turn-decision learned, the longest any pause waits.',
         "turn",
     )
-    # Two minutes: a caller explaining a problem talks past 30 s, and a turn at this length is committed
-    # at its next gap between words, however it goes on (docs/results/endpointing.md: a 47 s turn of JFK's words
-    # with thinking pauses). It bounds the audio a session keeps: 7.7 MB at 16 kHz.
+    # Two minutes: a caller explaining a problem talks past 30 s (docs/results/endpointing.md), and a
+    # turn at this length is committed at its next gap between words, however it goes on. It bounds
+    # the audio a session keeps: 7.7 MB at 16 kHz.
     max_turn_s: float = _opt(120.0, "A turn longer than this is committed at once.", "turn")
     # docs/turn-taking.md, "The decision": a question the LLM calls finished
     # (end-of-turn logprob >= -1.2) is what the benchmark's questions are, and
@@ -190,23 +181,19 @@ class Settings:
         "an audio end-of-turn model weighed in the decision. Empty: not used.",
         "turn",
     )
-    # A speaker who was only pausing resumes within about half a second of the
-    # agent's voice (the agent starts 550 to 650 ms into a pause after a
-    # statement). Longer, and a listener's "mm-hm" or a cough pauses the agent
-    # until its words are checked: in scripts/bargein_eval, whose probes come
-    # 800 ms into the answer, 1000 paused it for 0.5 to 2.6 s on 4 of 7 noises.
+    # A speaker who was only pausing resumes within about half a second of the agent's voice (the
+    # agent starts 550 to 650 ms into a pause after a statement). Longer, and a listener's "mm-hm"
+    # or a cough pauses the agent until its words are checked (docs/results/bargein.md).
     reply_grace_ms: int = _opt(
         700,
         "After the agent starts answering, this long: if the user goes on speaking, the answer is "
         "withdrawn at once (not kept in the history) and both parts become one user turn. 0: off.",
         "turn",
     )
-    # The agent falls silent early and decides later: Whisper needs about 250 ms
-    # of speech to tell "uh-huh" from words (at 150 ms it wrote "ah" and "in" for
-    # them, scripts/bargein_eval), but silence can start before the words are known.
-    # 96: as soon as the speech makes a turn (--vad-min-speech-ms). The stop time is
-    # Silero's onset, this, and the --output-lead-ms the client still plays: in
-    # scripts/bargein_eval, p50 340 ms at 150 and 246 to 290 ms at 96.
+    # The agent falls silent early and decides later: Whisper needs about 250 ms of speech to
+    # tell "uh-huh" from words (--barge-in-check-ms), but silence can start before the words are
+    # known. 96: as soon as the speech makes a turn (--vad-min-speech-ms). The stop time is
+    # Silero's onset, this, and the --output-lead-ms the client still plays (docs/results/bargein.md).
     barge_in_min_speech_ms: int = _opt(
         96, "User speech over the agent after which the agent pauses: it may be an interruption.", "turn"
     )
@@ -237,9 +224,10 @@ class Settings:
         "turn",
         (0, 1),
     )
-    # Off by default: on the barge-in eval's echo rig the agent stopped for its own voice more often with it than
-    # with the echo test alone (docs/results/bargein.md). auto costs about 1% of a core per
-    # session and passes an input without echo unchanged; a client that cancels echo itself is left alone.
+    # Off by default: AEC3 takes about 2 s to find each echo path, and on the barge-in eval's echo rig the
+    # agent stopped for its own voice more often with it than with the echo test alone (docs/results/bargein.md).
+    # auto costs about 1% of a core per session and passes an input without echo unchanged; a client that
+    # cancels echo itself is left alone.
     echo_cancellation: str = _opt(
         "off",
         "Cancel the agent's own voice in the input (WebRTC's AEC3) before the VAD and STT hear it. auto: in every "
@@ -299,15 +287,15 @@ class Settings:
     system_prompt: str = _opt(DEFAULT_SYSTEM_PROMPT, "System prompt for every session.", "llm")
     llm_max_tokens: int = _opt(120, "Maximum tokens in one answer.", "llm")
     llm_temperature: float = _opt(0.3, "Sampling temperature.", "llm")
-    # Chosen with voice-agent bench answers (docs/answers.md), for the embedded SmolLM2.
+    # Off: chosen with voice-agent bench answers for the embedded SmolLM2 (docs/results/answers.md).
     llm_repeat_penalty: float = _opt(
         1.0,
         "Penalty on tokens the answer already used (llama.cpp repeat_penalty, over the last 64 tokens; "
         "vLLM repetition_penalty); 1 is off. Sent to an OpenAI-compatible endpoint only when not 1.",
         "llm",
     )
-    # 0.5 cut the loops the guard had to stop from 6 to 2 in 50 answers, and kept
-    # them shortest; unlike the repeat penalty, every OpenAI-compatible API takes it.
+    # 0.5: fewest loops left for the guard to stop, and the shortest answers, in voice-agent bench
+    # answers (docs/results/answers.md); unlike the repeat penalty, every OpenAI-compatible API takes it.
     llm_frequency_penalty: float = _opt(0.5, "Penalty growing with each use of a token; 0 is off.", "llm")
     llm_presence_penalty: float = _opt(0.0, "Penalty on any token already used; 0 is off.", "llm")
     answer_max_sentences: int = _opt(
@@ -315,13 +303,10 @@ class Settings:
         "The answer ends after this many sentences, whatever the model writes on; 0 means no limit.",
         "llm",
     )
-    # Prompts are evaluated in batches, which spread over cores (54 tokens: 3.6 ms
-    # a token with 2 threads, 7.0 with 1); generating is one token at a time, and
-    # llama.cpp's second thread meets the first at an OpenMP barrier after every
-    # operation. With passive waits that costs as much as it saves (11.6 ms a token
-    # with 2 threads, 12.0 with 1), and beside a Whisper call the barriers wait for
-    # a descheduled thread: 17.2 ms a token with 2 threads, 12.3 with 1, while
-    # Whisper took 208 ms beside the 2-thread generation and 168 beside the 1-thread one.
+    # One: generating is one token at a time, and llama.cpp's second thread meets the first at an
+    # OpenMP barrier after every operation. With passive waits that saves nothing alone, and beside a
+    # Whisper call the barriers wait for a descheduled thread, slowing both (docs/results/latency.md).
+    # Prompts, evaluated in batches, do spread over cores: --llm-prompt-threads.
     llm_threads: int = _opt(1, "CPU threads per llama.cpp generation while it generates tokens.", "llm")
     # Small batches (the user's last words and the template's end, under llamacpp.ONE_THREAD_BATCH
     # tokens) evaluate on one thread whatever this says: with passive waits, a second thread is slower there.
@@ -335,10 +320,8 @@ class Settings:
         "llm",
     )
     history_turns: int = _opt(8, "User/agent exchanges kept in the prompt.", "llm")
-    # The embedded SmolLM2-135M copies the answers it sees in its prompt: over five scripted
-    # conversations (41 turns) 22 first sentences were near copies of an earlier one with every
-    # answer kept, 6 with the last, 4 with none; and with the last one kept, the latency
-    # benchmark's sessions said one answer again and again (docs/answers.md, "Across turns").
+    # The embedded SmolLM2-135M copies the answers it sees in its prompt, even the last one alone
+    # (docs/results/answers.md, "Conversations").
     history_answers: int = _opt(
         -1,
         "The agent's own answers kept in the prompt, the most recent ones; the user's words and tool calls "
@@ -351,9 +334,9 @@ class Settings:
     # chunk's length is most of what TTS adds before the first audio (Piper, 2
     # threads: 45 ms for "I'm sorry,", 103 ms for "I'm sorry for any inconvenience,").
     first_chunk_min_words: int = _opt(2, "The first speakable chunk may end at a clause after this many words.", "tts")
-    # On: "I'm sorry" is spoken while "for any confusion," is synthesized. Piper took
-    # 45 ms for "I'm sorry" and 221 ms for the whole sentence, and the pause at the
-    # seam (about 230 ms of Piper's own edge silence) is shorter than after a comma (310 ms).
+    # On: "I'm sorry" is spoken while "for any confusion," is synthesized (Piper: 45 ms against 221 ms
+    # for the whole sentence), and the pause at the seam (Piper's own edge silence, about 230 ms) is
+    # shorter than after a comma (310 ms). docs/results/latency.md.
     first_chunk_phrase_breaks: bool = _opt(
         True,
         "The first chunk may also end before a word that begins a phrase "
@@ -374,10 +357,9 @@ class Settings:
         "recently said first; the agent says them again without waiting for Piper. 0: none.",
         "tts",
     )
-    # 120 ms: what a client still plays after the agent pauses for a barge-in,
-    # so it counts in full in the stop time (scripts/bargein_eval); it still
-    # covers the jitter of a WebSocket on a decent network, and the browser's
-    # jitter buffer starts from it (docs/web.md).
+    # 120 ms: what a client still plays after the agent pauses for a barge-in, so it counts in
+    # full in the stop time (docs/results/bargein.md); it still covers the jitter of a WebSocket
+    # on a decent network, and the browser's jitter buffer starts from it (docs/web.md).
     output_lead_ms: int = _opt(
         120,
         "How far agent audio may run ahead of real time; bounds how long "

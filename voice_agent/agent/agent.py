@@ -37,7 +37,7 @@ HOOK_THREADS = 8
 _HOOK_EXECUTOR = ThreadPoolExecutor(max_workers=HOOK_THREADS, thread_name_prefix="hook")
 
 # Said while a tool runs past --tool-filler-ms, then one more each --tool-filler-repeat-ms.
-# Each differs from the others: an answer stops at a chunk it already said (reply.py).
+# Each differs from the others: an answer stops at a chunk it already said (reply/pipeline.py).
 DEFAULT_FILLERS = ("One moment while I check that.", "Still working on it.", "Thanks for waiting, nearly there.")
 
 Hook = Callable[..., Awaitable[None] | None]

@@ -1,7 +1,7 @@
 """What the agent remembers of one conversation, and the prompt each answer is asked with.
 
 The prompt is the system prompt, a window of the history, and the question.
-The window is bounded twice:
+The window is bounded three ways:
 
 - by exchanges: at most ``history_turns`` (user, assistant) pairs, moving in
   steps (see :func:`recent_history`);

@@ -56,7 +56,8 @@ ECHO_SHARE = 0.8  # of the user's words, said back in order
 ECHO_OWN_WORDS = 1  # an echo adds at most this many words
 PROMPT_COPY_WORDS = 6
 
-# Before the spoken-answer work: the prompt, sampling and no sentence limit the server had.
+# The ``before`` setting, the baseline the defaults are compared with: a plain prompt and sampling, no sentence limit
+# (docs/results/answers.md).
 BEFORE_PROMPT = (
     "You are a friendly voice assistant in a spoken conversation. "
     "Answer in one or two short sentences of plain spoken English. "

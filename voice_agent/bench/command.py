@@ -66,7 +66,7 @@ def run(name: str, arguments: list[str]) -> int:
     module.add_arguments(parser)
     ours, serve_args = split_serve_arguments(arguments)
     args, unknown = parser.parse_known_args(ours)
-    # Options the benchmark does not know are for the server, as they always were.
+    # Options the benchmark does not know are for the server, as are those after --.
     args.serve_args = unknown + serve_args
     args.command_line = shlex.join(["voice-agent", "bench", name, *arguments])
     return module.run(args)

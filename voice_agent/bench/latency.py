@@ -4,7 +4,7 @@ Starts `voice-agent serve` with the embedded default models on a free loopback
 port, replays the fixed benchmark conversation (scripts/bench_turns) at each
 concurrency level with `voice-agent replay`, samples the server's resident
 memory and event-loop lag while it runs, and writes everything to one folder:
-bench.json, bench.md (the table for the README), server.log, and per level the
+bench.json, bench.md (the figures as a Markdown table), server.log, and per level the
 replay's report.json, timelines and histogram. See docs/replay.md.
 """
 

@@ -18,9 +18,9 @@ then three phases against it, each bounded in time and count:
    minute's median RSS within 10 % of the first minute's after a warm-up.
    The warm-up is traffic like the rest, kept out of the comparison because
    the runtimes size their pools to the largest inputs they have seen
-   (docs/operations.md has the measured curve). Its growth is reported too.
+   (docs/results/load.md). Its growth is reported too.
 
-Everything lands in one folder: load.json, load.md (the README table) and each
+Everything lands in one folder: load.json, load.md (the figures as a Markdown table) and each
 replay's report. See docs/operations.md.
 """
 

@@ -32,7 +32,7 @@ def probe_outcome(
     - ``not playing``: no answer was sounding at ``onset``; nothing to judge;
     - ``cleared``: a ``clear`` came before ``end + settle_s``, or later but before ``until`` (the next turn
       of the script): the agent gave up its answer. A sound over the agent can hold it paused until its
-      turn ends, and then clear it: a door slam read as "It's fine." did, 2 s after the deadline;
+      turn ends, and then clear it, past ``end + settle_s``, when Whisper reads words into it;
     - ``paused``: it fell silent, and went on before the deadline without a ``clear``;
     - ``stopped``: it fell silent, and said nothing more before the deadline, without a ``clear``;
     - ``kept talking``: it never fell silent in that time.

@@ -8,9 +8,9 @@ what is queued at ``clear`` (as ``measure.playback_intervals`` assumes), and
 adds to every microphone frame what the loudspeaker played ``delay`` earlier,
 through a short room response, ``gain_db`` below the agent's level.
 
-Each answer gets its own :class:`EchoPath`, drawn with a seed from the ranges
-of the issue (-10 to -25 dB, 50 to 250 ms late): calls differ in how loud and
-late their echo is, and one replay covers the range.
+Each answer gets its own :class:`EchoPath`, drawn with a seed from -10 to
+-25 dB and 50 to 250 ms late: calls differ in how loud and late their echo
+is, and one replay covers the range.
 """
 
 from __future__ import annotations

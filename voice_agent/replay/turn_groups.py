@@ -2,9 +2,8 @@
 
 Three groups, each a committed turn script under ``scripts/endpoint_turns/``:
 
-- ``synthetic``: the first synthetic turns; each part of a paused turn was
-  synthesized on its own, so the words before a pause end in Piper's
-  sentence-final fall (``generate.py``);
+- ``synthetic``: each part of a paused turn synthesized on its own, so the
+  words before a pause end in Piper's sentence-final fall (``generate.py``);
 - ``words``: the same paused turns, each utterance synthesized whole and the
   pause cut in at a word boundary (``generate_words.py``, ``word_cuts.py``);
 - ``real``: single-speaker turns of real meeting speech (AMI, CC BY 4.0) and
@@ -91,7 +90,7 @@ def overlap_ms(received: Sequence[Received], pauses_at: Sequence[tuple[float, fl
 
 
 def waits(values: Sequence[float | None]) -> dict:
-    """The wait after the true end of the turns that were not cut into: n, mean, p50 and p90 (the issue's bar)."""
+    """The wait after the true end of the turns that were not cut into: n, mean, p50 and p90."""
     present = np.array([v for v in values if v is not None], dtype=np.float64)
     if not len(present):
         return {"n": 0, "mean": None, "p50": None, "p90": None}
@@ -108,7 +107,7 @@ def summarise_groups(turns: Sequence[dict]) -> dict:
 
     ``heard_in_pause`` counts the paused turns in which the agent's voice
     played during a mid-turn pause (``overlap_ms`` > 0); its rate is over the
-    group's paused turns, the issue's bar for false cut-offs.
+    group's paused turns, the eval's bar for false cut-offs (docs/results/endpointing.md).
     """
     groups = {}
     for name in dict.fromkeys(group_of(turn.get("tags", ())) for turn in turns):

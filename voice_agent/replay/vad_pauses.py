@@ -15,8 +15,8 @@ import numpy as np
 from ..audio import resample
 from ..engines.vad import SAMPLE_RATE, WINDOW, WINDOW_MS, SileroVAD
 
-# The mid-turn pauses are 300 to 1500 ms; shorter gaps are the breaks
-# between words or at a comma that any speaker leaves.
+# The endpointing eval's mid-turn pauses are 300 to 1500 ms; shorter gaps are the
+# breaks between words or at a comma that any speaker leaves.
 MIN_PAUSE_MS = 300
 
 _model: SileroVAD | None = None

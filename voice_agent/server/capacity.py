@@ -12,11 +12,10 @@ divided by the session-seconds served, is the cost of a session.
 
 A session cannot spend CPU it does not get: on a machine short of CPU (more
 sessions than it carries, or other processes) each one spends less and its
-turns wait, so the window's figure falls just when the server is overloaded.
-On the 2-core machine with other test runs beside it, one `bench load` run's
-last minute at 4 sessions gave 0.26 core-s/s a session; another's at 6
-sessions, where the median voice-to-voice was 2.3 s, gave 0.11. So while the
-median voice-to-voice is over the budget the cost may rise but not fall.
+turns wait, so the window's figure falls just when the server is overloaded
+(docs/results/capacity.md: six sessions starved of CPU measured 0.11 core-s/s
+each). So while the median voice-to-voice is over the budget the cost may rise
+but not fall.
 
 The rule: a new session is admitted while the predicted utilisation with it,
 ``(idle + (live + 1) x session cost) / cores``, stays within ``target``, and
@@ -27,7 +26,7 @@ down. Until a few seconds of sessions have been measured nothing is known, and o
 the fixed ``--max-sessions`` bounds admission; a measured cost is kept when
 the server goes idle, so the next caller is judged by it.
 
-Pure bookkeeping with an injected clock: ``server.py`` feeds it and asks it.
+Pure bookkeeping with an injected clock: ``app.py`` feeds it and asks it.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Pure bookkeeping: every class takes a clock, so tests drive time by hand, and
 none touches a socket. ``connection.py`` applies the per-client limits to each
-message; ``server.py`` admits sessions through :class:`SessionRegistry`, which
+message; ``app.py`` admits sessions through :class:`SessionRegistry`, which
 also drains them on shutdown, and budgets handshakes and bytes per client
 address through :class:`AddressBudgets`, which outlive any one connection.
 """

@@ -270,8 +270,7 @@ def vllm_serve_command(port: int) -> list[str]:
         "--port",
         str(port),
         "--dtype",
-        # In bfloat16 on a Xeon with AMX, vLLM's CPU build answered "What is the capital of France?" with
-        # "L'Étoile, la Marseillaise, la femme au martyre..." at temperature 0; in float32, "Paris".
+        # Not bfloat16: on a Xeon with AMX, vLLM's CPU build writes nonsense in it even at temperature 0.
         "float32",
         "--max-model-len",
         "2048",

@@ -1,6 +1,6 @@
 """TwiML that connects a call to the Media Stream, and Twilio's request signature.
 
-Pure functions: the routes in ``server.py`` feed them settings and request
+Pure functions: the routes in ``app.py`` feed them settings and request
 data. Twilio signs every webhook with ``X-Twilio-Signature``: the base64
 HMAC-SHA1, keyed with the account's auth token, of the full URL Twilio
 requested followed by every POST parameter as name and value, sorted by name.

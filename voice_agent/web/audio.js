@@ -32,8 +32,8 @@ export class AudioPipeline {
   // onPlayback({state, playedMs, queuedMs}) when playback starts, stops or progresses.
   //
   // Playback goes through an <audio> element fed by a MediaStream by default,
-  // the route the issue suggested for echo cancellation; "context" plays
-  // straight to the AudioContext's destination (docs/web.md compares them).
+  // which leaked echo in fewer runs; "context" plays straight to the
+  // AudioContext's destination, kept for comparison (docs/web.md, "Echo").
   constructor({ onFrame, onMark, onPlayback, route = "element" }) {
     this.onFrame = onFrame;
     this.onMark = onMark;

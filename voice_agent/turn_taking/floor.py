@@ -132,7 +132,7 @@ class Floor:
         self._cut_off = cut_off  # an answer the user took the floor from: what they heard of it is kept
         self.answer: Answer | None = None
         self._numbers = itertools.count(1)
-        self._told = FloorState.LISTENING  # the state the client was last told (agent_state)
+        self._told = FloorState.LISTENING  # the state after the last transition
         self._unreported: ResponseEnded | None = None  # an answer a new turn withdrew, told after that turn
 
     @property
@@ -187,7 +187,9 @@ class Floor:
             case Announced() if self._unreported is not None:
                 self._emit(self._unreported)
                 self._unreported = None
-        if SHOWN_STATE[state := self.state] != SHOWN_STATE[self._told]:
+        if (state := self.state) is not self._told:
+            log.debug("floor: %s -> %s on %s", self._told.value, state.value, type(event).__name__)
+        if SHOWN_STATE[state] != SHOWN_STATE[self._told]:
             self._emit(AgentState(SHOWN_STATE[state]))
         self._told = state
 

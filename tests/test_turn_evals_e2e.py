@@ -1,4 +1,4 @@
-"""The real-speech group of the endpointing eval and the barge-in eval's echo rig, at a small size.
+"""The real-speech and phone groups of the endpointing eval and the barge-in eval's echo rig, at a small size.
 
 Each runs `voice-agent bench ...` as a user would: a real server with the
 default models on a free port, the replay client over a real WebSocket.
@@ -69,6 +69,22 @@ def test_the_real_group_replays_over_a_phone_call(tmp_path):
     # Media Streams carry audio and marks only: the figures are the client's own, the server's are missing.
     assert turn["pauses_ms"] and turn["endpoint_ms"] is None
     assert turn["cut_off"] or turn["voice_to_voice_ms"] > 0
+
+
+def test_the_phone_group_reports_its_cut_ins_beside_the_server_wait(tmp_path):
+    out = tmp_path / "endpointing"
+    result = bench("endpointing", "--group", "phone", "--limit", "2", "--out", str(out))
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads((out / "endpoint.json").read_text())
+    [point] = report["points"]
+    assert point["failure"] is None and list(point["groups"]) == ["phone"]
+    phone = point["groups"]["phone"]
+    assert [turn["name"] for turn in point["turns"]] == ["ami_dev00_01_phone", "ami_dev00_02_phone"]
+    # Through the μ-law codec over the native transport, the server's own endpoint delay still comes back.
+    ended = [turn["endpoint_ms"] for turn in point["turns"] if not turn["cut_off"]]
+    assert all(ms is not None and ms > 0 for ms in ended) and phone["wait_ms"]["n"] == len(ended)
+    row = f"| server defaults | phone | 2 | {phone['false_cutoffs']}/{phone['paused_turns']} |"
+    assert row in (out / "endpoint.md").read_text()
 
 
 def test_the_echo_rig_feeds_the_agents_voice_back_and_counts_what_it_did_about_it(tmp_path):

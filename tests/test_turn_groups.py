@@ -2,6 +2,7 @@
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from voice_agent.replay.measure import AudioIn, MessageIn
@@ -59,6 +60,21 @@ def test_each_group_is_summarised_apart_with_its_heard_rate_and_overlap():
 
 def test_load_groups_tags_each_turn_and_limits_each_group():
     script = load_groups(TURNS, GROUPS, 16000, 300, limit=2)
-    assert [t.tags[-1] for t in script.turns] == ["group:synthetic"] * 2 + ["group:words"] * 2 + ["group:real"] * 2
+    assert [t.tags[-1] for t in script.turns] == [f"group:{name}" for name in GROUPS for _ in range(2)]
     assert all(t.start.ms == 300 for t in script.turns)
     assert len(load_groups(TURNS, ["real"], 16000, 300).turns) >= 20
+
+
+def test_the_phone_group_is_the_real_ami_turns_through_mu_law_at_8_khz():
+    real = load_groups(TURNS, ["real"], 16000, 300).turns
+    phone = load_groups(TURNS, ["phone"], 16000, 300).turns
+    ami = [t for t in real if "ami" in t.tags]
+    assert [t.name for t in phone] == [f"{t.name}_phone" for t in ami]
+    assert all(t.tags[-1] == "group:phone" for t in phone)
+    clean, line = ami[0], phone[0]
+    assert len(line.audio) == len(clean.audio) and line.speech == clean.speech
+    # The line takes the band above 4 kHz away and adds μ-law's quantisation: close, not equal.
+    spectrum = np.abs(np.fft.rfft(line.audio))
+    high = np.fft.rfftfreq(len(line.audio), 1 / 16000) > 4200
+    assert spectrum[high].sum() < 0.01 * spectrum.sum()
+    assert 0 < np.abs(line.audio - clean.audio).mean() < 0.1 * np.abs(clean.audio).mean() + 0.01

@@ -40,6 +40,18 @@ def test_a_finished_statement_ends_sooner_than_a_clause_broken_off():
     assert statement < 1000 and broken == 2000
 
 
+def test_a_statement_ending_in_a_number_is_read_from_its_full_stop_and_number():
+    model = default_model()
+    # No LLM reading yet: Whisper's full stop after a number says more than no hint.
+    time = TurnSignals("We will arrive at around 730.")
+    hint = TurnSignals("We will arrive at around")
+    assert features(time, 300)[FEATURES.index("ends_in_number")] == 1.0
+    assert features(time, 300)[FEATURES.index("final_punctuation")] == 1.0
+    assert model.probability(time, 500) > model.probability(TurnSignals("we will arrive at around"), 500)
+    assert model.probability(time, 500) > model.probability(hint, 500)
+    assert detector(3.0).required_silence_ms(time) < 1000
+
+
 def test_a_question_ending_in_a_preposition_is_finished():
     assert classify("Where are you from?") is Completeness.COMPLETE
     assert classify("I'm calling from") is Completeness.INCOMPLETE

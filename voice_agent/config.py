@@ -122,8 +122,8 @@ class Settings:
     turn_decision: str = _opt(
         "rules",
         "How a pause ends the turn: rules (a silence per kind of transcript: the --end-silence-* settings) or "
-        "learned (the fitted end-of-turn model and --cut-in-cost; it holds a statement with a number, "
-        "'We will arrive at around 730.', to the 2 s fallback, see docs/results/endpointing.md).",
+        "learned (the fitted end-of-turn model and --cut-in-cost; held out, it cuts into more paused turns than "
+        "the rules, and it answers 'We will arrive at around 730.' later, see docs/results/endpointing.md).",
         "turn",
         ("learned", "rules"),
     )

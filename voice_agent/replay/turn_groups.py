@@ -7,7 +7,10 @@ Three groups, each a committed turn script under ``scripts/endpoint_turns/``:
 - ``words``: the same paused turns, each utterance synthesized whole and the
   pause cut in at a word boundary (``generate_words.py``, ``word_cuts.py``);
 - ``real``: single-speaker turns of real meeting speech (AMI, CC BY 4.0) and
-  JFK (``real_turns.py``).
+  JFK (``real_turns.py``);
+- ``phone``: the real group's AMI turns as a phone call carries them: down to
+  8 kHz, through the G.711 μ-law codec of Twilio Media Streams and back
+  (:func:`over_the_phone`), whatever the transport of the run.
 
 They play in one session, one group after the other; each turn carries a
 ``group:NAME`` tag so that the figures can be split again. Per group the eval
@@ -25,13 +28,16 @@ from pathlib import Path
 
 import numpy as np
 
+from ..audio import float_to_int16, mulaw_decode, mulaw_encode, resample
 from .endpointing import summarise
 from .measure import AudioIn, MessageIn, Received, distribution
-from .script import Script, load_script
+from .script import Script, Turn, load_script
 
-GROUP_FOLDERS = {"synthetic": ".", "words": "words", "real": "real"}
+GROUP_FOLDERS = {"synthetic": ".", "words": "words", "real": "real", "phone": "real"}
 GROUPS = tuple(GROUP_FOLDERS)
 TAG = "group:"
+PHONE_RATE = 8000  # Twilio Media Streams: 8 kHz G.711 μ-law
+PHONE_TAG = "ami"  # the phone group: the real group's turns with this tag
 
 
 def group_script(turns_root: Path, name: str) -> Path:
@@ -46,9 +52,25 @@ def load_groups(turns_root: Path, names: Sequence[str], rate: int, gap_ms: int, 
     turns = []
     for name in names:
         script = load_script(str(group_script(turns_root, name)), rate, gap_ms)
-        chosen = script.turns if limit is None else script.turns[:limit]
+        chosen = list(script.turns)
+        if name == "phone":
+            chosen = [over_the_phone(turn) for turn in chosen if PHONE_TAG in turn.tags]
+        chosen = chosen if limit is None else chosen[:limit]
         turns += [dataclasses.replace(turn, tags=(*turn.tags, TAG + name)) for turn in chosen]
     return Script(tuple(turns), rate, ", ".join(str(group_script(turns_root, name)) for name in names))
+
+
+def over_the_phone(turn: Turn) -> Turn:
+    """``turn`` as a phone line hands it to the agent: 8 kHz μ-law, back at its own rate and length.
+
+    The speech bounds stay those of the clean audio: the true end of the turn
+    does not move with the codec.
+    """
+    narrow = float_to_int16(resample(turn.audio, turn.rate, PHONE_RATE))
+    heard = mulaw_decode(mulaw_encode(narrow)).astype(np.float32) / 32768.0
+    audio = resample(heard, PHONE_RATE, turn.rate)[: len(turn.audio)]
+    audio = np.pad(audio, (0, len(turn.audio) - len(audio)))
+    return dataclasses.replace(turn, name=f"{turn.name}_phone", audio=audio)
 
 
 def group_of(tags: Sequence[str]) -> str:

@@ -138,7 +138,7 @@ class Listener:
         self._turn_taker = turn_taker
         self._id = session_id
         self._clock = clock
-        self._detector = _turn_detector(settings)
+        self._detector = turn_detector(settings)
         # The last committed turn (start, last speech, ended on a finished sentence): if the user
         # goes on and the two merge, that pause is one of theirs (PauseHabit).
         self._last_commit: tuple[int, int, bool] | None = None
@@ -156,7 +156,7 @@ class Listener:
     def configure(self, settings: Settings, preroll_samples: int, manual: bool) -> None:
         """This session's own VAD threshold and end-of-turn silences, pre-roll, and who ends turns."""
         self.settings = settings
-        self._detector = _turn_detector(settings, self._detector.habit)
+        self._detector = turn_detector(settings, self._detector.habit)
         self._preroll = preroll_samples
         if manual and not self.manual:
             self.clear()
@@ -369,7 +369,8 @@ class Listener:
         await asyncio.gather(*tasks, return_exceptions=True)
 
 
-def _turn_detector(settings: Settings, habit: PauseHabit | None = None) -> TurnDetector:
+def turn_detector(settings: Settings, habit: PauseHabit | None = None) -> TurnDetector:
+    """The end-of-turn decision that ``settings`` ask for (also what experiments/turn_model/fit.py compares)."""
     return TurnDetector(
         settings.end_silence_complete_ms,
         settings.end_silence_ms,

@@ -17,6 +17,7 @@ from __future__ import annotations
 import functools
 import json
 import math
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,16 +31,42 @@ SILENCE_UNIT_MS = 100.0  # log-silence is 0 at 100 ms
 LLM_FLOOR = -6.0  # a broken-off sentence scores -10 to -21, a thinking pause after a telling -2 to -6: below this the LLM says nothing more
 # Inputs that do not depend on the silence, then those that do (the log of the silence, alone and
 # after a complete or an incomplete transcript).
-STATIC = ("bias", "complete", "incomplete", "hands_over", "question_mark", "llm_known", "llm_logprob", "no_words")
+STATIC = (
+    "bias",
+    "complete",
+    "incomplete",
+    "hands_over",
+    "question_mark",
+    "llm_known",
+    "llm_logprob",
+    "no_words",
+    "final_punctuation",
+    "ends_in_number",
+)
 SLOPES = ("log_silence", "log_silence_complete", "log_silence_incomplete")
 FEATURES = STATIC + SLOPES
 
 
+_LAST_WORD = re.compile(r"([\w']+)\W*$")
+
+
+def _last_word(text: str) -> str:
+    match = _LAST_WORD.search(text.lower())
+    return match.group(1) if match else ""
+
+
 def static_features(signals: TurnSignals) -> np.ndarray:
-    """The inputs that the silence does not change, in ``STATIC``'s order."""
+    """The inputs that the silence does not change, in ``STATIC``'s order.
+
+    Beside the fused level and the speech act: Whisper's sentence-final
+    punctuation, and whether the words end in a number ("... around 730."),
+    which the fused level calls neither complete nor unfinished.
+    """
     level = fused_completeness(signals)
     text = signals.transcript or ""
     logprob = signals.end_of_turn_logprob
+    last = _last_word(text)
+    stripped = text.rstrip()
     return np.array(
         [
             1.0,
@@ -50,6 +77,8 @@ def static_features(signals: TurnSignals) -> np.ndarray:
             float(logprob is not None),
             0.0 if logprob is None else max(LLM_FLOOR, logprob),
             float(not has_words(text)),
+            float(stripped.endswith((".", "!", "?")) and not stripped.endswith("...")),
+            float(any(c.isdigit() for c in last)),
         ]
     )
 

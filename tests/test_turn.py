@@ -182,3 +182,22 @@ def test_a_question_waits_the_no_hint_silence_for_a_user_who_thinks_within_turns
         detector.habit.went_on_after(pause_ms, into_answer=into_answer)
     assert detector.required_silence_ms(signals("Are you open?", logprob=-0.1)) == silence
     assert detector.required_silence_ms(signals("Yes.", answer=Completeness.COMPLETE)) == 200  # answers the agent
+
+
+def test_words_whose_signals_are_still_out_wait_like_words_not_in_yet():
+    detector = TurnDetector()
+    question = TurnSignals("Can we sit outside?", pending=True)
+    assert detector.required_silence_ms(question) == detector.required_silence_ms(None) == 2000
+    assert detector.required_silence_ms(TurnSignals("Can we sit outside?", end_of_turn_logprob=-0.3)) == 200
+    # The answer to what the agent asked decides alone: nothing to wait for.
+    answer = TurnSignals("Yes.", answer=Completeness.COMPLETE, pending=True)
+    assert detector.required_silence_ms(answer) == 200
+
+
+def test_words_not_in_yet_wait_as_long_as_a_telling_from_a_user_who_thinks_long():
+    detector = TurnDetector()
+    detector.habit.went_on_after(2500)
+    telling = detector.required_silence_ms(TurnSignals("I have been using a demo.", end_of_turn_logprob=-3.0))
+    assert telling == 2800  # the longest pause seen, and a margin
+    assert detector.required_silence_ms(None) == telling
+    assert detector.required_silence_ms(TurnSignals("Can we sit outside?", pending=True)) == telling

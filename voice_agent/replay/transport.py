@@ -254,6 +254,11 @@ class Pacer:
         self.frame_s = frame_s
         self._next = time.monotonic()
 
+    @property
+    def due(self) -> float:
+        """When the frame to send now is due: its place on the schedule, however late it goes out."""
+        return self._next
+
     async def tick(self) -> None:
         self._next += self.frame_s
         delay = self._next - time.monotonic()

@@ -10,7 +10,7 @@ import pytest
 from tests.test_metrics import samples
 from voice_agent.engines import threads
 from voice_agent.engines.llm.llamacpp import LlamaCppBackend
-from voice_agent.metrics import ServerMetrics
+from voice_agent.server.metrics import ServerMetrics
 
 pytestmark = pytest.mark.models
 

@@ -22,8 +22,8 @@ from voice_agent import log as logs
 from voice_agent.engines.stt_queue import STTQueue
 from voice_agent.engines.threads import iterate_in_thread
 from voice_agent.engines.wait_line import WaitLine
-from voice_agent.metrics import ServerMetrics
 from voice_agent.protocols.events import AgentAudio, Clear, Error, Metrics, Transcript
+from voice_agent.server.metrics import ServerMetrics
 
 TURN = {
     "turn": 1,
@@ -85,7 +85,7 @@ def test_active_sessions_go_up_and_down_even_when_a_session_fails():
 
 
 async def test_event_loop_lag_is_measured_and_a_stall_logged(caplog):
-    caplog.set_level(logging.WARNING, logger="voice_agent.metrics")
+    caplog.set_level(logging.WARNING, logger="voice_agent.server.metrics")
     metrics = ServerMetrics()
     watching = asyncio.create_task(metrics.watch_event_loop())
     await asyncio.sleep(0.05)

@@ -46,7 +46,6 @@ from starlette.websockets import WebSocket
 from .. import log as logs
 from ..config import Settings
 from ..engines.loader import Engines, load_engines
-from ..metrics import CONTENT_TYPE, ServerMetrics
 from ..protocols.call_tokens import CallTokens, looks_like_call_token
 from ..protocols.events import InputEvent
 from ..protocols.native import NativeProtocol
@@ -58,6 +57,7 @@ from .close_codes import CloseCode
 from .connection import Codec, close_within, run_session
 from .host_check import HostCheck
 from .limits import AddressBudgets, Refused, SessionRegistry
+from .metrics import CONTENT_TYPE, ServerMetrics
 from .twiml import bare_host, connect_stream, is_valid_signature, stream_url
 
 if TYPE_CHECKING:  # the agent modules load only when an agent is served

@@ -26,12 +26,12 @@ from prometheus_client import (
 from prometheus_client.core import CounterMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from .engines.wait_line import WaitLine
-from .protocols.events import Clear, Error, Metrics, OutputEvent
+from ..engines.wait_line import WaitLine
+from ..protocols.events import Clear, Error, Metrics, OutputEvent
 
 if TYPE_CHECKING:
-    from .engines.loader import Engines
-    from .engines.stt_queue import Kind, STTQueue
+    from ..engines.loader import Engines
+    from ..engines.stt_queue import Kind, STTQueue
 
 log = logging.getLogger(__name__)
 

@@ -19,20 +19,20 @@ from typing import Protocol
 
 import numpy as np
 
-from .audio import PIPELINE_RATE, StreamResampler
-from .config import Settings
-from .echo_reference import INPUT_SAMPLES as ECHO_INPUT_SAMPLES
-from .echo_suppression import FIT_S as ECHO_FIT_S
-from .engines.interfaces import SpeechStream
-from .engines.stt_queue import SessionSTT
-from .engines.vad import PREROLL_SAMPLES, WINDOW, WINDOW_MS
-from .log import log_exception
-from .protocols.events import OutputEvent, Transcript
-from .turn_taking.echo_canceller import input_canceller
-from .turn_taking.pause_habit import MIN_PAUSE_MS, PauseHabit
-from .turn_taking.timeline import AudioTimeline
-from .turn_taking.turn import Completeness, TurnDetector, TurnSignals, classify
-from .turn_taking.turn_model import default_model
+from ..audio import PIPELINE_RATE, StreamResampler
+from ..config import Settings
+from ..echo_reference import INPUT_SAMPLES as ECHO_INPUT_SAMPLES
+from ..echo_suppression import FIT_S as ECHO_FIT_S
+from ..engines.interfaces import SpeechStream
+from ..engines.stt_queue import SessionSTT
+from ..engines.vad import PREROLL_SAMPLES, WINDOW, WINDOW_MS
+from ..log import log_exception
+from ..protocols.events import OutputEvent, Transcript
+from .echo_canceller import input_canceller
+from .pause_habit import MIN_PAUSE_MS, PauseHabit
+from .timeline import AudioTimeline
+from .turn import Completeness, TurnDetector, TurnSignals, classify
+from .turn_model import default_model
 from .user_turn import UserTurn
 
 log = logging.getLogger(__name__)

@@ -55,7 +55,8 @@ from voice_agent.protocols.events import (
     UserTextAdded,
 )
 from voice_agent.protocols.native import NativeProtocol
-from voice_agent.protocols.realtime import _HANDLERS, RealtimeProtocol
+from voice_agent.protocols.realtime import RealtimeProtocol
+from voice_agent.protocols.realtime_input import _HANDLERS
 from voice_agent.protocols.telephony import MediaStreamsProtocol, TwilioCaller
 from voice_agent.replay.transport import RealtimeClientCodec
 

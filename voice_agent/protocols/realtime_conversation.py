@@ -55,7 +55,7 @@ class Conversation:
 
 
 class RealtimeCodecState:
-    """``metrics``: send ``voice_agent.server.metrics`` once per turn. Off by default: clients that
+    """``metrics``: send ``voice_agent.metrics`` once per turn. Off by default: clients that
     validate every server event (the OpenAI Agents SDK) report an unknown type as an error.
     ``allow_client_prompt``: whether ``instructions`` may set the system prompt (``--allow-client-prompt``).
     """

@@ -33,7 +33,7 @@ from .events import (
 )
 from .realtime_conversation import REMEMBERED_ITEMS, RealtimeCodecState, Response, UserItem
 
-METRICS_TYPE = "voice_agent.server.metrics"
+METRICS_TYPE = "voice_agent.metrics"
 
 
 class RealtimeOutput(RealtimeCodecState):

@@ -20,7 +20,7 @@ from voice_agent.echo_reference import (
 )
 from voice_agent.protocols.events import AgentAudio, AudioReceived, Clear, Transcript
 from voice_agent.replay.echo import Echo, EchoPath
-from voice_agent.user_turn import SPEECH_TAIL_SAMPLES, UserTurn
+from voice_agent.turn_taking.user_turn import SPEECH_TAIL_SAMPLES, UserTurn
 
 RATE = 16000
 FRAME = 320  # the pacer's 20 ms frames

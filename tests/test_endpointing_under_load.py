@@ -16,7 +16,7 @@ from tests.test_listener import Floor
 from tests.test_session import EnergyVAD, quiet, tone
 from voice_agent.config import Settings
 from voice_agent.engines.stt_queue import STTQueue
-from voice_agent.listener import Listener
+from voice_agent.turn_taking.listener import Listener
 from voice_agent.turn_taking.turn_signals import PauseSignals
 
 RATE = 16000

@@ -8,7 +8,6 @@ import pytest
 
 from tests.test_reply import RATE, RecordingLLM, SlowTTS
 from voice_agent.engines.first_chunks import FirstChunks
-from voice_agent.holds import Hold
 from voice_agent.reply.pipeline import Reply
 
 
@@ -67,7 +66,7 @@ async def test_a_held_reply_reads_no_token_past_its_first_chunk_while_another_wa
     assert log == ["token Sure,", "synthesize Sure,", "synthesized Sure,"]
     assert chunks.others_waiting("another session's reply") == 0  # its own first chunk no longer counts
     chunks.done("another session's reply")
-    held.resume(Hold.PREPARED, "the turn is over")
+    held.set_flowing(True)
     await asyncio.wait_for(running, 5)
     assert held.text == "Sure, I can. Here is more."
 

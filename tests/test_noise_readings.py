@@ -12,14 +12,14 @@ import pytest
 from voice_agent.echo_suppression import HOP, suppress_echo
 from voice_agent.engines.stt import WhisperSTT
 from voice_agent.engines.vad import SileroVAD
-from voice_agent.interruptions import speech_left, speech_only
 from voice_agent.replay.echo import EchoPath
 from voice_agent.replay.script import load_audio
+from voice_agent.turn_taking.interruptions import speech_left, speech_only
 
 pytestmark = pytest.mark.models
 
 RATE = 16000
-TURNS = Path(__file__).resolve().parents[1] / "scripts" / "bargein_turns"
+TURNS = Path(__file__).resolve().parents[1] / "voice_agent" / "bench" / "turns" / "bargein_turns"
 # (noise, the room's path, where in the answer the noise begins, in samples)
 NOISES = [
     ("noise_hiss_long", EchoPath(-24.3, 59.8, 319577159), 39656),  # read "You"

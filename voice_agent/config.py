@@ -161,11 +161,13 @@ class Settings:
     # Real speakers go on after a finished telling: in the real group of the
     # endpointing eval every long thinking pause (up to 2.1 s) followed one, and
     # none followed a request (docs/turn-taking.md, "Why these defaults"). Questions,
-    # requests, goodbyes and answers to the agent's questions are not tellings.
+    # requests, goodbyes and answers to the agent's questions are not tellings, and
+    # a telling that every signal closes hands the turn over (turn.told_in_full).
     end_silence_telling_ms: int = _opt(
         2000,
         "Silence that ends a turn after a complete sentence that tells (not a question, a request, "
-        "a goodbye or an answer to what the agent asked): a speaker may go on after it.",
+        "a goodbye or an answer to what the agent asked) and that some signal leaves open: a speaker "
+        "may go on after it.",
         "turn",
     )
     end_of_turn_llm: int = _opt(

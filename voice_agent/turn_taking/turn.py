@@ -4,10 +4,11 @@ The transcript rules (``classify``) read a pause after a complete sentence as
 likely the end, and one after "and", "the", "um" or a number as the user
 thinking; the LLM's end-of-utterance probability, the dialogue state (what
 the agent asked for) and an audio end-of-turn model move a turn between those
-levels (``fused_completeness``). ``TurnDetector`` turns them into a silence:
-by default the fitted model's (``turn_model.py``), the silence at which the
-chance that the user is done outweighs the cost of a cut-in; with
-``--turn-decision rules``, a silence per level.
+levels (``fused_completeness``); a statement closed by every signal is told in
+full (``told_in_full``) and hands the turn over. ``TurnDetector`` turns them
+into a silence: by default (``--turn-decision rules``) a silence per level;
+with ``learned``, the fitted model's (``turn_model.py``), the silence at which
+the chance that the user is done outweighs the cost of a cut-in.
 docs/turn-taking.md ("The decision") has the measurements behind the numbers.
 """
 

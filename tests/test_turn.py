@@ -246,3 +246,15 @@ def test_a_statement_told_in_full_hands_the_turn_over_and_an_open_one_waits(text
     detector.habit.went_on_after(2500)  # a user who thought long before: their open sentences wait longer still
     held = detector.required_silence_ms(signals(text, logprob=logprob))
     assert held == silence if silence < 2000 else held >= silence
+
+
+def test_a_told_statement_waits_its_own_silence_which_the_habit_does_not_lengthen():
+    detector = TurnDetector(
+        complete_ms=350, default_ms=600, incomplete_ms=2000, confident_ms=200, telling_ms=2000, told_ms=900
+    )
+    detector.habit.went_on_after(2500)
+    assert detector.required_silence_ms(signals("It's not mine.", logprob=-1.0)) == 900
+    assert detector.required_silence_ms(signals("It's not mine.", logprob=-3.0)) == 2800  # left open: the habit
+    # Never longer than a telling left open, never shorter than a complete sentence.
+    assert TurnDetector(complete_ms=350, telling_ms=1000, told_ms=5000).told_ms == 1000
+    assert TurnDetector(complete_ms=350, telling_ms=1000, told_ms=100).told_ms == 350

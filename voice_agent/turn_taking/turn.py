@@ -279,6 +279,7 @@ class TurnDetector:
         habit: PauseHabit | None = None,
         cut_in_cost: float | None = None,
         model: SilenceModel | None = None,
+        told_ms: int | None = None,
     ):
         self._silence_ms = {
             Completeness.COMPLETE: complete_ms,
@@ -289,6 +290,9 @@ class TurnDetector:
         # A finished telling may be followed by more ("Yes. ... And a dessert?"); a
         # question, a request or a goodbye hands the turn over. None: tellings wait like them.
         self.telling_ms = complete_ms if telling_ms is None else max(telling_ms, complete_ms)
+        # A telling told in full (``told_in_full``) never waits longer than one left open, and the user's
+        # pause habit does not hold it. None: it waits the complete silence.
+        self.told_ms = complete_ms if told_ms is None else min(max(told_ms, complete_ms), self.telling_ms)
         self.max_turn_ms = max_turn_s * 1000.0
         self.habit = PauseHabit() if habit is None else habit
         self.model = model
@@ -325,7 +329,7 @@ class TurnDetector:
         if self._tells_and_may_go_on(signals):
             # A statement complete by every signal hands the turn over; the habit holds only what is left open.
             if told_in_full(signals):
-                return silence
+                return max(silence, self.told_ms)
             return max(silence, self.habit.telling_ms(self.telling_ms))
         no_hint = self._silence_ms[Completeness.UNKNOWN]
         if self.habit.longest_within_turns_ms() >= no_hint:

@@ -34,7 +34,7 @@ from tests.wire_fuzz import HUGE_DIGITS
 from tests.wsclient import NativeClient
 from voice_agent.audio import float_to_pcm16, resample
 from voice_agent.bench.speech import turn
-from voice_agent.user_turn import SETTLE_AFTER_S
+from voice_agent.turn_taking.user_turn import SETTLE_AFTER_S
 
 pytestmark = pytest.mark.e2e
 

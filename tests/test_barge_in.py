@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from voice_agent.barge_in import BARGE_RECHECK_MS, BargeIn, BargeInPolicy
 from voice_agent.config import Settings
+from voice_agent.turn_taking.barge_in import BARGE_RECHECK_MS, BargeIn, BargeInPolicy
 
 
 def policy(backchannels=("yeah", "mm hm", "mm", "okay", "i see")) -> BargeInPolicy:

@@ -6,7 +6,7 @@ from dataclasses import replace
 
 import pytest
 
-from voice_agent.barge_in import WORDS_OVER_ECHO_MIN_MS, BargeInPolicy, Hearing, Verdict, judge
+from voice_agent.turn_taking.barge_in import WORDS_OVER_ECHO_MIN_MS, BargeInPolicy, Hearing, Verdict, judge
 
 POLICY = BargeInPolicy(100, 250, 1500, ("yeah", "mm hm", "mm", "okay", "i see", "um"))
 # Words read in plenty of speech, with no echo path, part way through a turn outside the grace.

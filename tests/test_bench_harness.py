@@ -235,6 +235,7 @@ def test_bargein_thresholds_and_table():
 def test_bargein_echo_section_and_threshold():
     echo = {"on": True, "seed": 3, "clears": 1, "pauses": 0, "stopped": 0, "turns": 1, "stops": 2, "cut_ins": 1}
     echo |= {"script_turns": 4, "user_turns": 6, "voice_stretch_ms": distribution([400.0, 500.0])}
+    echo |= {"drawn_per": "call", "room": "reverberant"}
     echo["runs"] = [{"repeat": 0, "paths": [{"at_s": 1.0, "gain_db": -12.0, "delay_ms": 80.0, "seed": 5}]}]
     assert bargein.check_echo(echo, 0) == [
         "2 stop(s) outside the user's own sound > 0 (1 clear(s), 0 pause(s), 0 stopped, 1 user turn(s))"
@@ -242,7 +243,8 @@ def test_bargein_echo_section_and_threshold():
     assert bargein.check_echo(echo, 2) == [] and bargein.check_echo(echo, None) == []
     result = {**MACHINE_HEAD, "load_average_after": None, "summary": {}, "probes": [], "echo": echo}
     assert (
-        "Echo rig on (seed 3): 1 answers came back at -12 to -12 dB, 80 to 80 ms late. Stops for the agent's own "
+        "Echo rig on (seed 3, a reverberant room, a path drawn per call): 1 path(s) at -12 to -12 dB, 80 to 80 ms "
+        "late. Stops for the agent's own "
         "voice: 2 (1 clear(s), 0 pause(s) of its voice, 0 answer(s) stopped without a clear, 1 user turn(s) it "
         "heard in its own voice). It began to talk in 1 of the user's turns, at a pause. It took 6 user turns for "
         "the script's 4; its voice played in stretches of 450 ms "

@@ -5,7 +5,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 from tests.test_session import Harness
-from voice_agent.client_control import REMEMBERED_ANSWERS
+from voice_agent.agent.conversation_items import REMEMBERED_ANSWERS
 from voice_agent.protocols.events import (
     Error,
     SessionConfig,
@@ -44,7 +44,7 @@ async def test_only_the_latest_answers_can_be_truncated():
     h = Harness()
     control = h.session.control
     for number in range(1, REMEMBERED_ANSWERS + 2):
-        control.playing(number, played("one two three four", 2.0))
+        control.items.playing(number, played("one two three four", 2.0))
     control.handle(TruncateRequest(1, 1000, "e1"))
     assert h.of(Error)[-1].code == "item_not_found"
     control.handle(TruncateRequest(2, 1000, "e2"))
@@ -58,10 +58,10 @@ async def test_a_truncation_before_the_answer_is_remembered_applies_once_it_is()
     h = Harness()
     control = h.session.control
     reply = played("one two three four", 2.0)
-    control.playing(1, reply)
+    control.items.playing(1, reply)
     control.handle(TruncateRequest(1, 1000))
     message = h.session.conversation.remember("Count.", "one two three four")
-    control.remembered(reply, message)
+    control.items.remembered(reply, message)
     assert h.session.history[-1] == {"role": "assistant", "content": "one two"}
     await h.session.close()
 

@@ -51,7 +51,7 @@ VLLM_FLAGS = {
     "max-model-len",
     "port",
 }
-# Flags of scripts/topology (voice_agent/server/topology.py) and of kubernetes-validate that the guide shows.
+# Flags of scripts/topology (voice_agent/topology.py) and of kubernetes-validate that the guide shows.
 TOOL_FLAGS = {"gateways", "out", "strict"}
 
 
@@ -93,6 +93,6 @@ def test_the_kubernetes_gateways_drain_within_their_grace_period_and_reach_the_v
 
 
 def test_the_guide_shows_the_haproxy_config_that_scripts_topology_writes():
-    from voice_agent.server.topology import haproxy_config
+    from voice_agent.topology import haproxy_config
 
     assert f"```haproxy\n{haproxy_config(8080, [8101, 8102], 8404)}```" in DEPLOYMENT

@@ -41,8 +41,8 @@ def test_played_audio_comes_back_late_and_quieter_within_the_issues_ranges():
     assert not mic[int((onset + 0.5 + 0.07) * RATE) :].any()  # silent once the room has rung out
 
 
-def test_clear_drops_what_has_not_played_and_a_new_answer_gets_a_new_path():
-    echo = Echo(RATE, seed=1, origin=0.0)
+def test_clear_drops_what_has_not_played_and_a_new_answer_gets_a_new_path_when_asked():
+    echo = Echo(RATE, seed=1, origin=0.0, paths="answer")
     echo.played(0.0, np.full(RATE, 0.5, np.float32))  # one second queued
     echo.cleared(0.3)
     mic = record(echo, 2.0)
@@ -62,3 +62,27 @@ def test_frames_queue_back_to_back_as_a_player_plays_them():
     sounding = np.flatnonzero(np.abs(mic) > 1e-4) / RATE
     assert sounding[0] == pytest.approx(delay, abs=0.002)
     assert 0.06 <= sounding[-1] - sounding[0] <= 0.06 + 0.065  # plus the room's ring
+
+
+def test_one_path_holds_for_the_whole_call_by_default():
+    echo = Echo(RATE, seed=1, origin=0.0)
+    echo.played(0.0, np.full(FRAME, 0.5, np.float32))
+    echo.played(2.5, np.full(FRAME, 0.5, np.float32))  # a later answer
+    assert len(echo.paths) == 1
+
+
+def test_the_reverberant_rooms_tail_is_louder_than_its_direct_sound_and_rings_longer():
+    room = EchoPath(-15.0, 120.0, seed=4, room="reverberant").room_response(RATE)
+    energy = room.astype(np.float64) ** 2
+    assert 10 * np.log10(np.sum(energy)) == pytest.approx(-15.0, abs=0.01)
+    assert np.sum(energy[1:]) > 2 * energy[0]  # the tail holds more than the direct tap (about 6 dB more)
+    small = EchoPath(-15.0, 120.0, seed=4).room_response(RATE)
+    assert len(room) > 5 * len(small)
+    assert np.sum(energy[int(0.1 * RATE) :]) > 0.01 * np.sum(energy)  # still ringing past 100 ms
+
+
+def test_an_unknown_room_or_path_rule_is_refused():
+    with pytest.raises(ValueError):
+        Echo(RATE, room="hall")
+    with pytest.raises(ValueError):
+        Echo(RATE, paths="turn")

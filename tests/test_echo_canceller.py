@@ -107,6 +107,24 @@ def test_a_clear_drops_the_output_the_client_did_not_play():
     assert abs(db(out) - db(user)) < 1
 
 
+def test_output_starting_while_the_input_comes_late_waits_as_long_in_the_reverse_stream():
+    # A client that sends late (busy, or a network's jitter) holds the echo of a new answer back as long: the
+    # reverse stream must too, or AEC3 looks for a new delay at each answer.
+    now = [100.0]
+    canceller = EchoCanceller(clock=lambda: now[0])
+    for _ in range(50):  # a second of input, on time
+        now[0] += 0.02
+        canceller.process(np.zeros(CLIENT_FRAME, np.float32))
+    now[0] += 0.02 + 0.1  # the next frame comes 100 ms late
+    canceller.process(np.zeros(CLIENT_FRAME, np.float32))
+    answer = np.ones(RATE // 10, np.float32) * 0.5
+    canceller.played(answer, RATE)
+    assert abs(int(np.flatnonzero(canceller._played)[0]) - int(0.1 * RATE)) <= 1
+    queued = len(canceller._played)
+    canceller.played(answer, RATE)  # more of the same answer, right after it: no more silence before it
+    assert len(canceller._played) - queued == len(answer)
+
+
 @pytest.mark.parametrize(
     ("setting", "client_cancels", "noise", "expected"),
     [

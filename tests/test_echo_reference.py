@@ -20,7 +20,7 @@ from voice_agent.echo_reference import (
 )
 from voice_agent.protocols.events import AgentAudio, AudioReceived, Clear, Transcript
 from voice_agent.replay.echo import Echo, EchoPath
-from voice_agent.user_turn import SPEECH_TAIL_SAMPLES, UserTurn
+from voice_agent.turn_taking.user_turn import SPEECH_TAIL_SAMPLES, UserTurn
 
 RATE = 16000
 FRAME = 320  # the pacer's 20 ms frames
@@ -348,7 +348,7 @@ async def answering(monkeypatch, echo_comes_back: bool = True, **settings) -> tu
     from voice_agent.replay import echo
 
     # A loud speakerphone: 8 dB down (the rig's loudest is 10), 120 ms late.
-    monkeypatch.setattr(echo, "draw_path", lambda rng: EchoPath(-8.0, 120.0, seed=3))
+    monkeypatch.setattr(echo, "draw_path", lambda rng, room: EchoPath(-8.0, 120.0, seed=3, room=room))
     h = Harness(answer=" ".join(f"word{i}." for i in range(40)), **{"barge_in_force_ms": 600, **settings})
     h.session.engines.tts = VoiceTTS()
     loudspeaker = Loudspeaker(h)

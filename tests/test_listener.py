@@ -11,8 +11,8 @@ from tests.test_session import EnergyVAD, quiet, tone
 from voice_agent.config import Settings
 from voice_agent.engines.stt_queue import STTQueue
 from voice_agent.engines.vad import PREROLL_SAMPLES, WINDOW
-from voice_agent.listener import IDLE_KEEP_SAMPLES, Listener
 from voice_agent.protocols.events import Transcript
+from voice_agent.turn_taking.listener import IDLE_KEEP_SAMPLES, Listener
 
 RATE = 16000
 

@@ -7,8 +7,10 @@ import os
 
 import pytest
 
+from tests.test_metrics import samples
 from voice_agent.engines import threads
 from voice_agent.engines.llm.llamacpp import LlamaCppBackend
+from voice_agent.server.metrics import ServerMetrics
 
 pytestmark = pytest.mark.models
 
@@ -276,3 +278,17 @@ async def test_a_prompt_past_the_context_is_refused_before_it_is_evaluated():
         await collect_answer(small, [{"role": "user", "content": "\U00020000" * 100}])
     assert small.idle_instances == 1  # and the instance is back in the pool
     await small.close()
+
+
+async def test_answers_waiting_for_an_instance_are_counted(llm):
+    metrics = ServerMetrics()
+    stop = metrics.watch_stage(llm.wait_line)
+    answers = [asyncio.create_task(collect_answer(llm, conversation("Hello."))) for _ in range(2)]
+    await asyncio.sleep(0)
+    await asyncio.sleep(0)
+    assert llm.wait_line.depth() == 1  # one instance: the second answer waits for it
+    await asyncio.gather(*answers)
+    stop()
+    seen = samples(metrics.render().decode())
+    assert seen[("voice_agent_llm_queue_wait_seconds_count", (("kind", "answer"),))] == 2
+    assert seen[("voice_agent_llm_queue_depth", ())] == 0

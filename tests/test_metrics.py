@@ -6,8 +6,10 @@ import asyncio
 import io
 import json
 import logging
+import threading
 import time
 import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
@@ -18,8 +20,10 @@ from tests.test_stt_queue import SlowSTT
 from tests.wsclient import NativeClient
 from voice_agent import log as logs
 from voice_agent.engines.stt_queue import STTQueue
-from voice_agent.metrics import ServerMetrics
+from voice_agent.engines.threads import iterate_in_thread
+from voice_agent.engines.wait_line import WaitLine
 from voice_agent.protocols.events import AgentAudio, Clear, Error, Metrics, Transcript
+from voice_agent.server.metrics import ServerMetrics
 
 TURN = {
     "turn": 1,
@@ -81,7 +85,7 @@ def test_active_sessions_go_up_and_down_even_when_a_session_fails():
 
 
 async def test_event_loop_lag_is_measured_and_a_stall_logged(caplog):
-    caplog.set_level(logging.WARNING, logger="voice_agent.metrics")
+    caplog.set_level(logging.WARNING, logger="voice_agent.server.metrics")
     metrics = ServerMetrics()
     watching = asyncio.create_task(metrics.watch_event_loop())
     await asyncio.sleep(0.05)
@@ -202,6 +206,9 @@ async def test_metrics_of_a_real_server_follow_a_spoken_turn(server, ws_url):
     assert during[("process_resident_memory_bytes", ())] > 100e6  # the models are in there
     assert grew("voice_agent_stt_queue_wait_seconds_count", (("kind", "final"),)) >= 1
     assert ("voice_agent_stt_queue_depth", ()) in during
+    assert grew("voice_agent_llm_queue_wait_seconds_count", (("kind", "answer"),)) >= 1
+    assert grew("voice_agent_tts_queue_wait_seconds_count", (("kind", "chunk"),)) >= 1
+    assert ("voice_agent_llm_queue_depth", ()) in during and ("voice_agent_tts_queue_depth", ()) in during
 
 
 def test_a_session_flooding_the_log_is_cut_down_and_the_gap_is_counted():
@@ -258,3 +265,51 @@ async def test_the_stt_queue_reports_waits_by_kind_its_depth_and_what_it_skipped
     assert seen[("voice_agent_stt_queue_wait_seconds_sum", (("kind", "commit"),))] >= 0.03
     assert seen[("voice_agent_stt_skipped_total", (("kind", "commit"), ("reason", "merged")))] == 2
     assert not queue.watchers
+
+
+async def test_syntheses_waiting_for_a_thread_are_counted_with_their_wait_and_the_depth():
+    metrics = ServerMetrics()
+    line = WaitLine("tts")
+    stop = metrics.watch_stage(line)
+    release = threading.Event()
+
+    def synthesis():
+        release.wait(5)
+        yield np.zeros(10, np.float32)
+
+    async def chunk() -> list:
+        return [audio async for audio in iterate_in_thread(synthesis, executor, line=line, kind="chunk")]
+
+    with ThreadPoolExecutor(1) as executor:
+        chunks = [asyncio.create_task(chunk()) for _ in range(2)]
+        await asyncio.sleep(0.05)
+        assert samples(metrics.render().decode())[("voice_agent_tts_queue_depth", ())] == 1
+        release.set()
+        await asyncio.gather(*chunks)
+    stop()
+    seen = samples(metrics.render().decode())
+    assert seen[("voice_agent_tts_queue_depth", ())] == 0
+    assert seen[("voice_agent_tts_queue_wait_seconds_count", (("kind", "chunk"),))] == 2
+    assert seen[("voice_agent_tts_queue_wait_seconds_sum", (("kind", "chunk"),))] >= 0.04  # the second waited
+    assert not line.watchers
+
+
+async def test_a_wait_given_up_leaves_the_depth_and_is_no_wait_that_ended_in_work():
+    metrics = ServerMetrics()
+    line = WaitLine("llm")
+    metrics.watch_stage(line)
+    never = asyncio.Event()
+
+    async def take() -> None:
+        with line.waiting("answer"):
+            await never.wait()
+
+    waiting = asyncio.create_task(take())
+    await asyncio.sleep(0.01)
+    assert samples(metrics.render().decode())[("voice_agent_llm_queue_depth", ())] == 1
+    waiting.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await waiting
+    seen = samples(metrics.render().decode())
+    assert seen[("voice_agent_llm_queue_depth", ())] == 0
+    assert ("voice_agent_llm_queue_wait_seconds_count", (("kind", "answer"),)) not in seen

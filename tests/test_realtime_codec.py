@@ -437,7 +437,7 @@ def test_a_spoken_turn_and_its_answer_in_the_order_of_the_reference():
     assert send(codec, Metrics({"turn": 1, "voice_to_voice_ms": 400.0})) == []  # not asked for
     codec.metrics = True
     (metrics,) = send(codec, Metrics({"turn": 1, "voice_to_voice_ms": 400.0}))
-    assert metrics["type"] == "voice_agent.metrics" and metrics["voice_to_voice_ms"] == 400.0
+    assert metrics["type"] == "voice_agent.server.metrics" and metrics["voice_to_voice_ms"] == 400.0
     ended = send(codec, ResponseEnded(1, "completed"))
     assert [m["type"] for m in ended] == [
         "response.output_audio.done",

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 from tests.test_session import EnergyVAD, FakeLLM, FakeSTT, FakeTTS
-from voice_agent.agent.reply_factory import ReplyFactory
+from voice_agent.agent.reply_factory import ReplyFactory, TurnMetrics
 from voice_agent.config import Settings
 from voice_agent.engines.llm.scripted import ScriptedLLM
 from voice_agent.engines.loader import Engines
 from voice_agent.protocols.events import AgentAudio, Metrics
-from voice_agent.user_turn import TurnMetrics
 
 ANSWER = "One two three four. Five six seven eight. Nine ten eleven twelve."
 

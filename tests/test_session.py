@@ -9,11 +9,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-from voice_agent.answer import TurnState
 from voice_agent.config import Settings
 from voice_agent.engines.interfaces import Reading
 from voice_agent.engines.loader import Engines
-from voice_agent.engines.vad import PREROLL_SAMPLES, WINDOW
+from voice_agent.engines.vad import WINDOW
 from voice_agent.protocols.events import (
     AgentAudio,
     AgentState,
@@ -29,7 +28,9 @@ from voice_agent.protocols.events import (
     TurnCommitted,
 )
 from voice_agent.session import Session
-from voice_agent.turn_merge import held_at_onset
+from voice_agent.turn_taking.floor import FloorState
+from voice_agent.turn_taking.listener import PREROLL_SAMPLES
+from voice_agent.turn_taking.turn_merge import held_at_onset
 
 RATE = 16000
 
@@ -416,7 +417,7 @@ async def test_a_tts_failure_is_reported_once_without_an_apology_loop():
     await asyncio.sleep(0.3)
     codes = [e.code for e in h.of(Error)]
     assert codes == ["reply_failed", "reply_failed"]  # the answer, then the apology; nothing more
-    assert h.session.state is TurnState.LISTENING
+    assert h.session.state is FloorState.LISTENING
     await h.session.close()
 
 
@@ -848,24 +849,24 @@ async def test_a_continuation_that_ends_before_its_words_are_checked_is_transcri
 
 
 def watch_pauses(monkeypatch, note: Callable[[str, Any], None]) -> None:
-    """``note("pause" or "resume", reply)`` at each pause and resume of a reply, before it takes effect."""
-    from voice_agent.reply.pipeline import Reply
+    """``note("pause" or "resume", answer)`` at each pause and resume of an answer, before it takes effect."""
+    from voice_agent.turn_taking.answer import Answer
 
     def watched(name: str):
-        original = getattr(Reply, name)
+        original = getattr(Answer, name)
 
         def noting(self, holders, why: str):
             note(name, self)
-            original(self, holders, why)
+            return original(self, holders, why)
 
         return noting
 
     for name in ("pause", "resume"):
-        monkeypatch.setattr(Reply, name, watched(name))
+        monkeypatch.setattr(Answer, name, watched(name))
 
 
 def record_pauses(monkeypatch) -> list[str]:
-    """Each "pause" and "resume" of a reply, in order: counting the frames sent instead depends on how busy
+    """Each "pause" and "resume" of an answer, in order: counting the frames sent instead depends on how busy
     the machine is."""
     calls: list[str] = []
     watch_pauses(monkeypatch, lambda name, reply: calls.append(name))

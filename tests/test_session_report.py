@@ -27,7 +27,6 @@ from voice_agent.agent.session_report import (
     write_report,
 )
 from voice_agent.agent.tool_loop import ToolRecord
-from voice_agent.metrics import ServerMetrics
 from voice_agent.protocols.events import (
     AgentAudio,
     AudioReceived,
@@ -37,6 +36,7 @@ from voice_agent.protocols.events import (
     SessionUpdate,
     Transcript,
 )
+from voice_agent.server.metrics import ServerMetrics
 
 RATE = 8000
 FRAME = RATE // 50

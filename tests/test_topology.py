@@ -1,4 +1,4 @@
-"""Scale-out, end to end: HAProxy in front of two real gateways that share one LLM (voice_agent/server/topology.py).
+"""Scale-out, end to end: HAProxy in front of two real gateways that share one LLM (voice_agent/topology.py).
 
 Through the balancer: calls spread over both gateways; one gateway drained
 with SIGTERM while calls run (its answer in flight finishes, then 1001; new
@@ -31,8 +31,8 @@ import pytest
 from tests.conftest import ARTIFACTS
 from tests.speech import silence, speech
 from tests.wsclient import NativeClient
-from voice_agent.server.topology import GATEWAY_HEADER, Topology, haproxy_config
 from voice_agent.session import APOLOGY
+from voice_agent.topology import GATEWAY_HEADER, Topology, haproxy_config
 
 LONG_QUESTION = "Tell me a story about a dragon who learns to fly."
 # Short answers keep the calls quick; greedy decoding keeps them the same from run to run. Every call

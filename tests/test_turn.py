@@ -258,3 +258,22 @@ def test_a_told_statement_waits_its_own_silence_which_the_habit_does_not_lengthe
     # Never longer than a telling left open, never shorter than a complete sentence.
     assert TurnDetector(complete_ms=350, telling_ms=1000, told_ms=5000).told_ms == 1000
     assert TurnDetector(complete_ms=350, telling_ms=1000, told_ms=100).told_ms == 350
+
+
+def test_words_whose_signals_are_still_out_wait_like_words_not_in_yet():
+    detector = TurnDetector()
+    question = TurnSignals("Can we sit outside?", pending=True)
+    assert detector.required_silence_ms(question) == detector.required_silence_ms(None) == 2000
+    assert detector.required_silence_ms(TurnSignals("Can we sit outside?", end_of_turn_logprob=-0.3)) == 200
+    # The answer to what the agent asked decides alone: nothing to wait for.
+    answer = TurnSignals("Yes.", answer=Completeness.COMPLETE, pending=True)
+    assert detector.required_silence_ms(answer) == 200
+
+
+def test_words_not_in_yet_wait_as_long_as_a_telling_from_a_user_who_thinks_long():
+    detector = TurnDetector()
+    detector.habit.went_on_after(2500)
+    telling = detector.required_silence_ms(TurnSignals("I have been using a demo.", end_of_turn_logprob=-3.0))
+    assert telling == 2800  # the longest pause seen, and a margin
+    assert detector.required_silence_ms(None) == telling
+    assert detector.required_silence_ms(TurnSignals("Can we sit outside?", pending=True)) == telling

@@ -111,7 +111,8 @@ def test_the_echo_rig_feeds_the_agents_voice_back_and_counts_what_it_did_about_i
     echo = report["echo"]
     assert echo["on"] and echo["seed"] == 7
     [run] = echo["runs"]
-    assert run["paths"], "the agent answered, so its voice came back through at least one path"
+    assert len(run["paths"]) == 1, "one path for the call, as in a real room (--echo-paths call, the default)"
+    assert echo["drawn_per"] == "call" and echo["room"] == run["paths"][0]["room"] == "small"
     for path in run["paths"]:
         assert GAIN_DB[0] <= path["gain_db"] <= GAIN_DB[1] and DELAY_MS[0] <= path["delay_ms"] <= DELAY_MS[1]
     for kind in ("clears", "pauses", "stopped", "turns"):
@@ -126,4 +127,4 @@ def test_the_echo_rig_feeds_the_agents_voice_back_and_counts_what_it_did_about_i
     assert all(p["outcome"] in OUTCOMES for p in report["probes"])
     replay = json.loads((out / report["replay_report"]).read_text())
     assert replay["runs"][0]["echo_paths"] == run["paths"]
-    assert "Echo rig on (seed 7)" in (out / "bargein.md").read_text()
+    assert "Echo rig on (seed 7, a small room, a path drawn per call)" in (out / "bargein.md").read_text()

@@ -6,10 +6,11 @@ import asyncio
 
 import numpy as np
 
+from voice_agent.agent.reply_factory import TurnMetrics
 from voice_agent.engines.vad import WINDOW, WINDOW_MS
 from voice_agent.reply.pipeline import ReplyTimings
 from voice_agent.turn_taking.timeline import AudioTimeline
-from voice_agent.user_turn import SPEECH_TAIL_SAMPLES, TurnMetrics, UserTurn
+from voice_agent.turn_taking.user_turn import SPEECH_TAIL_SAMPLES, UserTurn
 
 
 class CountingSTT:

@@ -15,7 +15,7 @@ import pytest
 from tests.conftest import ARTIFACTS, ROOT, free_port
 from tests.speech import silence, speech
 from tests.wsclient import NativeClient
-from voice_agent.server.topology import VLLM_ENV, VLLM_PYTHON, vllm_serve_command
+from voice_agent.topology import VLLM_ENV, VLLM_PYTHON, vllm_serve_command
 
 GREEDY = ("--llm-temperature", "0")
 DTYPE = "float32"  # as vllm_serve_command's, for the same reason

@@ -38,6 +38,11 @@ DEFAULT_SYSTEM_PROMPT = (
 )
 
 
+def _cores() -> int:
+    """The CPU cores this process may run on."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
 def _opt(default: Any, help: str, group: str, choices: tuple | None = None) -> Any:
     return field(default=default, metadata={"help": help, "group": group, "choices": choices})
 
@@ -327,9 +332,13 @@ class Settings:
         2, "CPU threads per llama.cpp generation while it evaluates a long prompt (32 tokens or more).", "llm"
     )
     llm_context: int = _opt(2048, "Context length in tokens (llama.cpp n_ctx, vLLM max_model_len).", "llm")
+    # One per core: a generation runs on one thread (--llm-threads), so with fewer, sessions wait for an
+    # instance while cores idle (voice_agent_llm_queue_wait_seconds), and more only take turns on the cores.
+    # At least two: the prefill between turns runs only while another instance stays free for answers.
     llm_instances: int = _opt(
-        2,
-        "llama.cpp instances, i.e. answers generated at once; weights are shared by mmap.",
+        max(2, _cores()),
+        "llama.cpp instances, i.e. answers generated at once; weights are shared by mmap. "
+        "Default: one per CPU core this process may use, at least two.",
         "llm",
     )
     history_turns: int = _opt(8, "User/agent exchanges kept in the prompt.", "llm")

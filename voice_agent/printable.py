@@ -15,6 +15,8 @@ ECHO_CHARS = 60
 # C0 and C1 controls, DEL, the Unicode line and paragraph separators, and lone surrogates
 # (which cannot even be written out as UTF-8).
 _CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\ud800-\udfff]")
+# Chat-template markup in the ``<|...|>`` form: a client's text must not reach the LLM as control tokens.
+CHAT_MARKUP = re.compile(r"<\|[^<>|\s]{1,40}\|>")
 
 
 def escape_controls(text: str) -> str:

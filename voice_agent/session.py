@@ -13,26 +13,18 @@ from collections.abc import Callable, Coroutine, Sequence
 from typing import TYPE_CHECKING, Any
 
 from .agent.conversation import Conversation
-from .agent.reply_factory import ReplyFactory
-from .answer import Answer, TurnState, state_of
+from .agent.reply_factory import ReplyFactory, TurnMetrics
 from .audio import PIPELINE_RATE
-from .barge_in import BargeInPolicy
-from .client_control import CLIENT_CONTROL_EVENTS, ClientControl
 from .config import Settings
 from .engines.llm.base import Message, ToolCall
 from .engines.llm.markup import chat_markup
 from .engines.llm.scripted import ScriptedLLM
 from .engines.llm.tokens import token_counter
 from .engines.loader import Engines
-from .holds import USER_HOLDS, Hold
-from .interruptions import Interruptions
-from .listener import Listener
 from .log import log_exception
 from .protocols.events import (
     TURN_DETECTED,
-    AgentState,
     AudioReceived,
-    Clear,
     Error,
     FunctionCall,
     FunctionCallOutput,
@@ -41,8 +33,6 @@ from .protocols.events import (
     MarkPlayed,
     OutputEvent,
     ProtocolError,
-    ResponseEnded,
-    ResponseStarted,
     SessionStarted,
     SpeechStarted,
     StreamStopped,
@@ -52,10 +42,27 @@ from .protocols.events import (
     UserText,
 )
 from .reply.pipeline import Reply
-from .turn_merge import TurnMerge
+from .turn_taking.answer import USER_HOLDS, Answer
+from .turn_taking.barge_in import BargeInPolicy
+from .turn_taking.client_control import CLIENT_CONTROL_EVENTS, ClientControl
+from .turn_taking.floor import (
+    Announced,
+    Close,
+    Drop,
+    Finish,
+    Floor,
+    FloorState,
+    Play,
+    Prepare,
+    Resume,
+    Yield,
+)
+from .turn_taking.interruptions import Interruptions
+from .turn_taking.listener import Listener
 from .turn_taking.turn import has_words
+from .turn_taking.turn_merge import TurnMerge
 from .turn_taking.turn_signals import PauseSignals
-from .user_turn import TurnMetrics, UserTurn
+from .turn_taking.user_turn import UserTurn
 
 if TYPE_CHECKING:  # only a session with an agent uses them, and is handed them
     from .agent.agent_session import AgentSession
@@ -65,8 +72,6 @@ log = logging.getLogger(__name__)
 APOLOGY = "Sorry, something went wrong on my side. Could you say that again?"
 MODEL_MARKUP = "text holds one of the model's special tokens (chat-template markup); ignored"
 # What a client is told of a failed answer: the details (the exception) are in the server's log only.
-# What a client is told the agent does in each turn state (AgentState).
-SHOWN_STATE = {TurnState.LISTENING: "listening", TurnState.RESPONDING: "thinking", TurnState.SPEAKING: "speaking"}
 REPLY_FAILED = "the answer failed on the server; it is not kept in the conversation"
 
 
@@ -89,6 +94,7 @@ class Session:
         self.emit = self.interruptions.watching_output(
             self._cancelling_echo(emit if agent is None else agent.recorded(emit))
         )
+        self.floor = Floor(self.emit, self._cut_off)
         self.stt = engines.stt_queue.session(session_id)  # this session's Whisper calls, in turn with the others'
         self.listener = Listener(settings, engines.vad.stream(), lambda: self.stt, self.emit, self, session_id, clock)
         self.merge = TurnMerge(self)
@@ -101,12 +107,8 @@ class Session:
             engines, lambda: self.settings, lambda: self.sample_rate, self.emit, agent, session_id, clock
         )
         self.control = ClientControl(self, settings)
-        self._answer: Answer | None = None
-        self._told_state = TurnState.LISTENING  # the state the client was last told (AgentState)
         self._input_seen = False
         self.closed = False
-        self._answer_number = 0
-        self._unreported_end: ResponseEnded | None = None  # an answer a new turn cancelled, told after it
 
     def _cancelling_echo(self, send: Callable[[OutputEvent], None]) -> Callable[[OutputEvent], None]:
         """``send``, with what the client plays and drops given to the input's echo canceller first."""
@@ -119,22 +121,22 @@ class Session:
         return send_noted
 
     @property
-    def state(self) -> TurnState:
-        return state_of(self._answer)
+    def state(self) -> FloorState:
+        return self.floor.state
 
     @property
     def answering(self) -> bool:
         """An answer (or fixed words) is being prepared or spoken: a graceful shutdown waits for it."""
-        return self.state is not TurnState.LISTENING
+        return self.floor.answer is not None
 
     @property
     def answer(self) -> Answer | None:
-        return self._answer
+        return self.floor.answer
 
     @property
     def reply(self) -> Reply | None:
         """The reply the user hears, if any."""
-        return None if self._answer is None else self._answer.reply
+        return self.floor.reply
 
     @property
     def sample_rate(self) -> int:
@@ -252,46 +254,21 @@ class Session:
         if not turn.announced:
             turn.announced = True
             self.emit(SpeechStarted(turn.id, turn.start * 1000 // PIPELINE_RATE))
-        if self._unreported_end is not None:
-            self.emit(self._unreported_end)
-            self._unreported_end = None
+        self.floor.transition(Announced())
 
     def interrupt(self, reason: str = TURN_DETECTED) -> None:
-        """Stop the agent now: every stage, the client's buffer, and the history. ``reason``: see :meth:`cancel_answer`."""
-        reply = self.reply
-        if reply is not None and reply.started_audio:
-            self.emit(Clear())
+        """Stop the agent now: every stage, the client's buffer, and the history. ``reason`` is told with the
+        answer's end: a new user turn (``TURN_DETECTED``: speech, typed text) or the client's ``CLIENT_CANCELLED``."""
+        self.floor.transition(Yield(reason))
+
+    def _cut_off(self, reply: Reply) -> None:
+        """The user took the floor from ``reply``: what they heard of it goes to the history."""
+        if reply.started_audio:
             heard = reply.heard_text()
             self.emit(Transcript("agent", heard, final=True))
             self._remember(reply, heard, interrupted=True)
-        elif reply is not None and self.agent is not None:
+        elif self.agent is not None:
             self._remember(reply, "", interrupted=True)  # its tool calls happened: they stay in the history
-        self.cancel_answer(reason=reason)
-
-    def cancel_answer(self, report: bool = True, reason: str = TURN_DETECTED) -> asyncio.Task | None:
-        """Cancel the answer under way; a client hears that it ended now, not once its stages have wound down.
-
-        ``reason`` is this answer's, told with its end: a new user turn (``TURN_DETECTED``: speech, typed
-        text) or the client's ``CLIENT_CANCELLED``."""
-        answer, self._answer = self._answer, None
-        if answer is None:
-            return None
-        if answer.number is not None:
-            ended = ResponseEnded(answer.number, "cancelled", reason)
-            if report:
-                self.emit(ended)
-            else:
-                self._unreported_end = ended
-        if answer.task is not None:
-            answer.task.cancel()
-        self._tell_state()
-        return answer.task
-
-    def _tell_state(self) -> None:
-        """Tell the client what the agent does now, if that changed since it was last told."""
-        if (state := self.state) is not self._told_state:
-            self._told_state = state
-            self.emit(AgentState(SHOWN_STATE[state]))
 
     def commit(self, turn: UserTurn) -> None:
         if self.listener.turn is turn:
@@ -307,14 +284,14 @@ class Session:
             log.debug("session %s: ignoring %.0f ms of speech over the agent", self.id, turn.speech_ms)
             self.interruptions.ignored(turn)
             turn.drop_prepared()
-            self.reply.resume(USER_HOLDS, "the speech over it ended without an interruption")
+            self.floor.transition(Resume(self.answer, USER_HOLDS, "the speech over it ended without an interruption"))
             if turn.barge_check is None:
                 self.interruptions.check_short(turn)  # which commits it if it interrupts
             return
         self.announce(turn)
         self.emit(TurnCommitted(turn.id, turn.last_speech * 1000 // PIPELINE_RATE))
         metrics = turn.metrics or TurnMetrics(turn.id)
-        metrics.record_commit(turn, self.listener.timeline, self.clock())
+        turn.record_commit(metrics, self.clock())
         self.start_answer(lambda answer: self._respond(answer, turn, metrics), turn)
 
     # The answer.
@@ -322,9 +299,9 @@ class Session:
     def start_answer(self, run: Callable[[Answer], Coroutine[Any, Any, None]], turn: UserTurn | None = None) -> None:
         """Make a new answer the one under way (to ``turn``), and run its preparation and playing."""
         self.control.answer_begins()
-        answer = self._answer = Answer(None) if turn is None else Answer(turn.start, turn.id)
+        answer = Answer(None) if turn is None else Answer(turn.start, turn.id)
         answer.task = asyncio.create_task(run(answer))
-        self._tell_state()
+        self.floor.transition(Prepare(answer))
 
     async def _respond(self, answer: Answer, turn: UserTurn, metrics: TurnMetrics) -> None:
         try:
@@ -341,23 +318,20 @@ class Session:
         except Exception:
             log_exception(log, "session %s: transcription failed", self.id)
             self.emit(Error("stt_failed", "transcription failed on the server"))
-            self._answer = None
-            self.say(APOLOGY)
+            self.say(APOLOGY)  # in place of this answer
             return
         heard = await self.interruptions.words_without_echo(turn, text)
         if heard != text:
             turn.drop_prepared()  # it answers the words with the echo in them
             text = heard
         if self.interruptions.not_for_agent(turn, text):
-            self._answer = None
-            self._tell_state()
+            self.floor.transition(Drop(answer))
             return
         self.emit(Transcript("user", text, final=True))
         if self.agent is not None:
             self.agent.user_turn(text, (turn.speech_start / PIPELINE_RATE, turn.last_speech / PIPELINE_RATE))
         if not self.control.turn_detection.create_response:
-            self._answer = None
-            self._tell_state()
+            self.floor.transition(Drop(answer))
             self.control.add_input(text)  # answered when the client asks for a response
             return
         if typed := self.control.take_ready_input():  # text the client added since the last answer comes first
@@ -377,14 +351,14 @@ class Session:
 
         Not once the user has paused: the answer to the pause's transcript is about to need the LLM,
         and would wait for the evaluation of words it evaluates again."""
-        if has_words(text) and self.state is not TurnState.SPEAKING and not turn.pausing:
+        if has_words(text) and self.reply is None and not turn.pausing:
             self.conversation.prefill_question(text)
 
     def user_pauses(self, turn: UserTurn, text: str, stt_ms: float) -> None:
         """Ask the end-of-turn signals about the speculative transcript, and start answering it, held back."""
         if self.interruptions.echoes_last_answer(turn, text):
             return  # nothing to prepare: the commit drops it
-        words = has_words(text) and self.state is not TurnState.SPEAKING  # over the agent, only a barge-in makes a turn
+        words = has_words(text) and self.reply is None  # over the agent, only a barge-in makes a turn
         prepare = words and self.settings.preemptive_generation and turn.needs_answer
         if turn.needs_signals and words:
             # With an answer prepared, the LLM reads the signal in the answer's own prompt
@@ -406,13 +380,10 @@ class Session:
 
         Cancelling this task cancels ``running`` too: asyncio cancels what a cancelled task awaits.
         """
-        answer.reply = reply
-        self._answer_number += 1
-        number = answer.number = self._answer_number
-        self.control.playing(number, reply)
-        self.emit(ResponseStarted(number))
-        self._tell_state()
-        reply.resume(Hold.PREPARED, "its answer is the one playing")
+        self.floor.transition(Play(answer, reply))
+        number = answer.number
+        assert number is not None  # it plays
+        self.control.items.playing(number, reply)
         if self.agent is not None:
             self.agent.release(reply.turn)
         failed = False
@@ -424,7 +395,7 @@ class Session:
             log_exception(log, "session %s: reply failed", self.id)
             self.emit(Error("reply_failed", REPLY_FAILED))
             failed = True
-        if self._answer is answer:  # else it was cancelled, and said so
+        if self.floor.answer is answer:  # else it was cancelled, and said so
             self.interruptions.answer_finished(reply, self.clock())
             self.emit(Transcript("agent", reply.text, final=True))
             calls = [] if failed else reply.tool_calls  # the client's functions to run, now that it was said
@@ -432,9 +403,7 @@ class Session:
                 self.emit(FunctionCall(number, call.id, call.name, call.arguments))
             # A failed turn stays out of the history: the words that made it fail would fail the next answers too.
             self._remember(reply, reply.text, failed=failed, calls=calls)
-            self._answer = None
-            self.emit(ResponseEnded(number, "failed" if failed else "completed"))
-            self._tell_state()
+            self.floor.transition(Finish(answer, failed))
             self.control.answer_done()
             # Apologize for a failed answer to the user; never for fixed words, so no loop.
             if failed and reply.user_text:
@@ -453,14 +422,16 @@ class Session:
             return
         results = self.control.calls.hand_off(calls)
         message = self.conversation.remember(reply.user_text, heard, tool_messages, calls, results)
-        self.control.remembered(reply, message)
+        self.control.items.remembered(reply, message)
 
     async def close(self) -> None:
         """Stop everything this session started."""
         self.closed = True
         self.control.close()
-        if (task := self.cancel_answer()) is not None:
-            await asyncio.gather(task, return_exceptions=True)
+        if (answer := self.answer) is not None:
+            self.floor.transition(Close())
+            if answer.task is not None:
+                await asyncio.gather(answer.task, return_exceptions=True)
         await self.listener.close()
         await self.interruptions.close()
         self.stt.close()

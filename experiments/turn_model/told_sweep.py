@@ -1,10 +1,11 @@
 """Choose LLM_TOLD, the LLM reading from which a telling complete by every other signal hands the turn over.
 
-The pauses and their cached signals are fit.py's (run it first, with the same --cache). For each
-threshold, the rules as the server makes them (``listener.turn_detector``, default settings, no pause
-habit) decide every pause: the threshold is chosen on the synthetic and words groups (the loosest that
-cuts into no more paused turns than today's rules) and checked on the real recordings (AMI and JFK),
-which the choice does not see.
+The pauses and their cached signals are fit.py's (run it first, with the same --cache); the LLM read
+them without the agent's words. For each threshold, the rules as the server makes them
+(``listener.turn_detector``, default settings but a told statement answered at the complete silence,
+no pause habit) decide every pause: the threshold is chosen on the synthetic and words groups (the
+loosest that cuts into no more paused turns than the rules without it) and checked on the real
+recordings (AMI and JFK), which the choice does not see.
 
     PYTHONPATH=. .venv/bin/python experiments/turn_model/told_sweep.py ../shared/audio --cache /tmp/turn_model_cache
 """
@@ -12,14 +13,15 @@ which the choice does not see.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 from pathlib import Path
 
 import fit  # experiments/turn_model/fit.py: the labelled pauses and their signals
 
 from voice_agent.config import Settings
-from voice_agent.listener import turn_detector
 from voice_agent.turn_taking import turn
+from voice_agent.turn_taking.listener import turn_detector
 
 THRESHOLDS = (-1.2, -1.5, -2.0, -2.5, -3.0, -4.0)
 CHOOSE = ("synthetic", "words")
@@ -41,7 +43,7 @@ def main() -> None:
     for threshold in (None, *THRESHOLDS):
         # None: no telling is told in full, today's rules.
         turn.LLM_TOLD = float("inf") if threshold is None else threshold
-        detector = turn_detector(settings)
+        detector = turn_detector(dataclasses.replace(settings, end_silence_told_ms=settings.end_silence_complete_ms))
         report[f"LLM_TOLD {threshold}" if threshold is not None else "rules without it"] = {
             name: {
                 key: value

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, cast
 
 from ..config import Settings
@@ -12,14 +13,48 @@ from ..engines.llm.base import LLMBackend, Message, supports_tools
 from ..engines.llm.limited import TokenLimited
 from ..engines.loader import Engines
 from ..protocols.events import NO_TOKEN_LIMIT, Metrics, OutputEvent
-from ..reply.pipeline import Reply
-from ..user_turn import TurnMetrics
+from ..reply.pipeline import Reply, ReplyTimings
 from .client_tools import ClientToolTurn, ToolOffer
 
 if TYPE_CHECKING:  # only a session with an agent has one
     from .agent_session import AgentSession
 
 log = logging.getLogger(__name__)
+
+
+@dataclass
+class TurnMetrics:
+    turn: int
+    speech_end: float = 0.0  # monotonic arrival time of the last speech sample
+    endpoint_ms: float = 0.0
+    stt_final_ms: float = 0.0
+    stt_speculative: bool = False
+    preemptive: bool = False
+    end_silence_ms: float | None = None  # the silence the end-of-turn signals asked for
+    end_of_turn_logprob: float | None = None
+    end_of_turn_llm_ms: float | None = None
+
+    def values(self, timings: ReplyTimings) -> dict[str, float | bool | None]:
+        """What a ``metrics`` event reports once the answer's first audio is out."""
+        assert timings.first_audio_at is not None  # reported on the first audio
+        return {
+            "turn": self.turn,
+            "voice_to_voice_ms": _round((timings.first_audio_at - self.speech_end) * 1000.0),
+            "endpoint_ms": _round(self.endpoint_ms),
+            "stt_final_ms": _round(self.stt_final_ms),
+            "stt_speculative": self.stt_speculative,
+            "preemptive": self.preemptive,
+            "llm_ttft_ms": _round(timings.llm_ttft_ms),
+            "first_chunk_ms": _round(timings.first_chunk_ms),
+            "tts_ttfa_ms": _round(timings.tts_ttfa_ms),
+            "end_silence_ms": _round(self.end_silence_ms),
+            "end_of_turn_logprob": None if self.end_of_turn_logprob is None else round(self.end_of_turn_logprob, 2),
+            "end_of_turn_llm_ms": _round(self.end_of_turn_llm_ms),
+        }
+
+
+def _round(value: float | None) -> float | None:
+    return None if value is None else round(value, 1)
 
 
 class ReplyFactory:

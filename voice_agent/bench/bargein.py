@@ -10,8 +10,9 @@ for interruptions, the stop time: from the start of the interrupting speech
 to when a client playing the agent's audio fell silent.
 
 With --echo, the echo rig (``replay/echo.py``) plays the agent's own output
-back into its input, -10 to -25 dB down, 50 to 250 ms late, through a short
-room response, mixed with what the user sends: the report then counts what the
+back into its input, -10 to -25 dB down, 50 to 250 ms late, through a small or
+a reverberant room (--echo-room), one path for the call or a new one for each
+answer (--echo-paths), mixed with what the user sends: the report then counts what the
 agent did about its own voice (``replay/echo_stops.py``: clears, pauses and
 user turns outside the user's own windows). The same counts without --echo
 are the baseline: a chunk that comes late also pauses the agent's voice.
@@ -26,6 +27,7 @@ import argparse
 import sys
 
 from ..replay import bargein, echo_stops
+from ..replay.echo import PATHS, ROOMS
 from ..replay.measure import GLITCH_S, bridged, distribution, is_final_transcript, playback_intervals
 from ..replay.runner import RunTrace
 from ..replay.script import ScriptError, load_script
@@ -49,7 +51,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         nargs="?",
         const=0,
         metavar="SEED",
-        help="the echo rig: the agent hears its own output, each answer through a room drawn with SEED [default 0]",
+        help="the echo rig: the agent hears its own output, through a room drawn with SEED [default 0]",
+    )
+    parser.add_argument(
+        "--echo-paths",
+        choices=PATHS,
+        default="call",
+        help="with --echo: one echo path for the call, as in a real room, or a new one for each answer "
+        "[default %(default)s]",
+    )
+    parser.add_argument(
+        "--echo-room",
+        choices=ROOMS,
+        default="small",
+        help="with --echo: a small room (60 ms), or a reverberant one (400 ms, its tail louder than the direct "
+        "sound) [default %(default)s]",
     )
     thresholds = parser.add_argument_group("thresholds (exit status 1 when missed)")
     thresholds.add_argument(
@@ -91,6 +107,8 @@ def run(args: argparse.Namespace) -> int:
         out,
         echo_seed=args.echo,
         transport=args.transport,
+        echo_paths=args.echo_paths,
+        echo_room=args.echo_room,
         noise_dbfs=args.noise_floor,
     )
     probes = [probe for trace in replayed.traces for probe in probe_results(trace)]
@@ -106,7 +124,7 @@ def run(args: argparse.Namespace) -> int:
             "replay_report": replayed.report,
             "summary": bargein.summarise(probes),
             "probes": probes,
-            "echo": echo_result(replayed.traces, args.echo),
+            "echo": {**echo_result(replayed.traces, args.echo), "drawn_per": args.echo_paths, "room": args.echo_room},
         }
     )
     failures = check(result["summary"], args.max_stop_p95_ms, args.max_false_barge_ins)
@@ -229,7 +247,8 @@ def _echo_line(echo: dict) -> str:
         gains = [path["gain_db"] for path in paths] or [0.0]
         delays = [path["delay_ms"] for path in paths] or [0.0]
         what = (
-            f"Echo rig on (seed {echo['seed']}): {len(paths)} answers came back at {min(gains):.0f} to "
+            f"Echo rig on (seed {echo['seed']}, a {echo.get('room', 'small')} room, a path drawn per "
+            f"{echo.get('drawn_per', 'answer')}): {len(paths)} path(s) at {min(gains):.0f} to "
             f"{max(gains):.0f} dB, {min(delays):.0f} to {max(delays):.0f} ms late. Stops for the agent's own voice"
         )
     else:

@@ -222,11 +222,14 @@ def replay_locally(
     out: Path,
     echo_seed: int | None = None,
     transport: str = "native",
+    echo_paths: str = "call",
+    echo_room: str = "small",
     noise_dbfs: float | None = None,
 ) -> Replayed:
     """A fresh local server with ``serve_args``; ``script`` replayed ``repeats`` times in one session,
     in this process, so that the caller gets the raw traces. ``echo_seed``: with the echo rig
-    (``replay/echo.py``), the agent's audio comes back into the microphone.
+    (``replay/echo.py``), the agent's audio comes back into the microphone, through ``echo_room`` on one path
+    for the call or one per answer (``echo_paths``).
 
     Writes server-SLUG.log and the replay's own report, replay-SLUG.json.
     """
@@ -236,7 +239,15 @@ def replay_locally(
     with local_server(serve_args, out / f"server-{slug}.log") as (_, url):
         try:
             url = url.removesuffix(TRANSPORTS["native"][0]) + TRANSPORTS[transport][0]
-            options = Options(url, transport, reply_timeout_s=reply_timeout, echo_seed=echo_seed, noise_dbfs=noise_dbfs)
+            options = Options(
+                url,
+                transport,
+                reply_timeout_s=reply_timeout,
+                echo_seed=echo_seed,
+                echo_paths=echo_paths,
+                echo_room=echo_room,
+                noise_dbfs=noise_dbfs,
+            )
             traces = asyncio.run(_replay(script, options, repeats))
         except TimeoutError:
             failure = f"the replay took longer than {REPLAY_TIMEOUT_S} s"

@@ -23,6 +23,7 @@ import numpy as np
 
 from .chunker import SentenceChunker, word_tokens
 from .interfaces import TTSBackend
+from .wait_line import WaitLine
 
 # "I'm sorry," "No problem." "Yes, of course.": openers are short, and a longer
 # chunk is rarely said twice word for word.
@@ -48,6 +49,7 @@ class PhraseCache:
         self._tts = tts
         self.sample_rate = tts.sample_rate
         self.voice_path: str = getattr(tts, "voice_path", "")
+        self.wait_line: WaitLine | None = getattr(tts, "wait_line", None)  # the voice's, for the metrics
         self.size = size  # 0: only pinned chunks are kept
         self.max_words = max_words
         self._pinned: dict[str, list[np.ndarray]] = {}

@@ -14,6 +14,8 @@ from collections.abc import AsyncGenerator, Callable, Iterator
 from concurrent.futures import Executor
 from typing import TypeVar
 
+from .wait_line import WaitLine
+
 T = TypeVar("T")
 
 _END = object()
@@ -27,7 +29,11 @@ def active_workers() -> int:
 
 
 async def iterate_in_thread(
-    produce: Callable[[], Iterator[T]], executor: Executor | None = None, ahead: int | None = None
+    produce: Callable[[], Iterator[T]],
+    executor: Executor | None = None,
+    ahead: int | None = None,
+    line: WaitLine | None = None,
+    kind: str = "",
 ) -> AsyncGenerator[T, None]:
     """Yield what ``produce()`` yields, computing it in ``executor``.
 
@@ -39,6 +45,8 @@ async def iterate_in_thread(
     asks for them; past it the worker waits before computing the next one
     (0: only what was asked for). A consumer that stops pulling for a while
     thus stops the computation and frees its CPU cores.
+
+    ``line``: where the work waits for a thread of ``executor``, counted until one takes it, as ``kind``.
     """
     loop = asyncio.get_running_loop()
     queue: asyncio.Queue = asyncio.Queue()
@@ -62,6 +70,8 @@ async def iterate_in_thread(
 
     def work() -> None:
         global _active
+        if line is not None:
+            line.leave(entered, kind)
         with _active_lock:
             _active += 1
         try:
@@ -88,6 +98,7 @@ async def iterate_in_thread(
                 close()
         deliver(_END)
 
+    entered = line.enter() if line is not None else 0.0
     worker = loop.run_in_executor(executor, work)
     try:
         while True:

@@ -19,6 +19,7 @@ import onnxruntime
 
 from .speakable import speakable
 from .threads import iterate_in_thread
+from .wait_line import WaitLine
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +49,7 @@ class PiperTTS:
         )
         self.sample_rate: int = config.sample_rate
         self._executor = ThreadPoolExecutor(workers, thread_name_prefix="tts")
+        self.wait_line = WaitLine("tts")  # syntheses waiting for a thread of the pool
 
     def _synthesize(self, text: str) -> Iterator[np.ndarray]:
         for chunk in self._voice.synthesize(text):
@@ -63,7 +65,7 @@ class PiperTTS:
         text = speakable(text)
         if not text:
             return
-        pieces = iterate_in_thread(lambda: self._synthesize(text), self._executor)
+        pieces = iterate_in_thread(lambda: self._synthesize(text), self._executor, line=self.wait_line, kind="chunk")
         async with contextlib.aclosing(pieces):  # closing this stream stops the worker now
             async for audio in pieces:
                 yield audio

@@ -13,7 +13,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from ..engines.llm.markup import CHAT_MARKUP  # the <|...|> form; the session refuses the loaded model's own tokens
+from ..printable import CHAT_MARKUP  # the <|...|> form; the session refuses the loaded model's own tokens
 from .events import ProtocolError
 
 MAX_SYSTEM_PROMPT_CHARS = 4000

@@ -4,7 +4,7 @@ Every message is a JSON text frame with a ``type``. The client streams audio
 as base64 in ``input_audio_buffer.append``; the server answers with the
 Realtime server events (``session.created``, ``input_audio_buffer.*``,
 ``conversation.item.*``, ``response.*``, ``error``) and, once per turn if
-the client asked for it, our own ``voice_agent.metrics``. Audio is PCM16 at 24 kHz by default, or G.711
+the client asked for it, our own ``voice_agent.server.metrics``. Audio is PCM16 at 24 kHz by default, or G.711
 μ-law or A-law at 8 kHz. The session runs at the input rate; output audio at
 another rate is resampled here. Where the beta protocol's field names differ
 a little (``input_audio_format: "g711_ulaw"``, a flat ``voice`` and
@@ -72,7 +72,7 @@ from .realtime_json import decode_event
 from .strict_json import InvalidJSON
 
 DEFAULT_MODEL = "voice-agent"
-METRICS_TYPE = "voice_agent.metrics"
+METRICS_TYPE = "voice_agent.server.metrics"
 MAX_TEXT_CHARS = 2000
 # Items whose ids a later event may name (truncate, a merged turn): more than any client keeps unplayed.
 REMEMBERED_ITEMS = 64
@@ -120,7 +120,7 @@ class _Conversation:
 
 
 class RealtimeProtocol:
-    """``metrics``: send ``voice_agent.metrics`` once per turn. Off by default: clients that
+    """``metrics``: send ``voice_agent.server.metrics`` once per turn. Off by default: clients that
     validate every server event (the OpenAI Agents SDK) report an unknown type as an error.
     ``allow_client_prompt``: whether ``instructions`` may set the system prompt (``--allow-client-prompt``).
     """

@@ -8,9 +8,12 @@ what is queued at ``clear`` (as ``measure.playback_intervals`` assumes), and
 adds to every microphone frame what the loudspeaker played ``delay`` earlier,
 through a short room response, ``gain_db`` below the agent's level.
 
-Each answer gets its own :class:`EchoPath`, drawn with a seed from -10 to
--25 dB and 50 to 250 ms late: calls differ in how loud and late their echo
-is, and one replay covers the range.
+The :class:`EchoPath` is drawn with a seed from -10 to -25 dB and 50 to
+250 ms late. As in a real room, one path holds for the whole
+call (``paths="call"``, the default); ``paths="answer"`` draws a new one for
+each answer, a harder test of how fast a canceller finds a path. The room is
+``small`` (60 ms, the direct sound loudest) or ``reverberant`` (a 400 ms tail,
+RT60 about 500 ms, holding four times the direct sound's energy).
 """
 
 from __future__ import annotations
@@ -23,10 +26,15 @@ import numpy as np
 
 GAIN_DB = (-25.0, -10.0)
 DELAY_MS = (50.0, 250.0)
-ROOM_MS = 60.0  # the room response's length: a small room, or a handset on a table
-DECAY_MS = 15.0  # its noise tail falls by 1/e in this time (RT60 about 100 ms)
+ROOMS = ("small", "reverberant")
+PATHS = ("call", "answer")
+# Each room: the response's length, and the time its noise tail falls by 1/e in. Small: a handset on a table
+# (RT60 about 100 ms). Reverberant: a bare room (RT60 about 500 ms).
+ROOM_MS = {"small": 60.0, "reverberant": 400.0}
+DECAY_MS = {"small": 15.0, "reverberant": 72.0}
+REVERB_TAIL_DB = 6.0  # the reverberant tail's energy over the direct sound's
 REFLECTIONS = 4  # early reflections: single taps within the first 20 ms
-# A pause in the agent's audio longer than this starts a new answer, with a new path.
+# A pause in the agent's audio longer than this starts a new answer (with paths="answer", a new path).
 NEW_ANSWER_S = 0.5
 HISTORY_S = 1.0  # loudspeaker audio kept beyond what the longest path still needs
 
@@ -38,16 +46,19 @@ class EchoPath:
     gain_db: float  # echo energy relative to the played audio
     delay_ms: float  # before the direct sound arrives
     seed: int  # of the room response
+    room: str = "small"
 
     def room_response(self, rate: int) -> np.ndarray:
         """After the delay: a direct tap, a few early reflections and a decaying noise tail, scaled to ``gain_db``."""
         rng = np.random.default_rng(self.seed)
-        length = int(ROOM_MS * rate / 1000)
+        length = int(ROOM_MS[self.room] * rate / 1000)
         t = np.arange(length) / rate
-        room = 0.3 * rng.standard_normal(length) * np.exp(-t / (DECAY_MS / 1000))
+        room = 0.3 * rng.standard_normal(length) * np.exp(-t / (DECAY_MS[self.room] / 1000))
         # The tail is duller than the direct sound: walls absorb the highs (one-pole low-pass).
         for index in range(1, length):
             room[index] += 0.6 * room[index - 1]
+        if self.room == "reverberant":
+            room *= math.sqrt(10 ** (REVERB_TAIL_DB / 10) / float(np.sum(room[1:] ** 2)))
         room[0] = 1.0
         for _ in range(REFLECTIONS):
             at = int(rng.uniform(0.002, 0.02) * rate)
@@ -56,11 +67,16 @@ class EchoPath:
         return room.astype(np.float32)
 
     def describe(self) -> dict:
-        return {"gain_db": round(self.gain_db, 1), "delay_ms": round(self.delay_ms, 1), "seed": self.seed}
+        return {
+            "gain_db": round(self.gain_db, 1),
+            "delay_ms": round(self.delay_ms, 1),
+            "seed": self.seed,
+            "room": self.room,
+        }
 
 
-def draw_path(rng: np.random.Generator) -> EchoPath:
-    return EchoPath(float(rng.uniform(*GAIN_DB)), float(rng.uniform(*DELAY_MS)), int(rng.integers(0, 2**31 - 1)))
+def draw_path(rng: np.random.Generator, room: str = "small") -> EchoPath:
+    return EchoPath(float(rng.uniform(*GAIN_DB)), float(rng.uniform(*DELAY_MS)), int(rng.integers(0, 2**31 - 1)), room)
 
 
 class Echo:
@@ -71,8 +87,12 @@ class Echo:
     microphone frame, which it adds to the user's audio.
     """
 
-    def __init__(self, rate: int, seed: int = 0, origin: float | None = None):
+    def __init__(self, rate: int, seed: int = 0, origin: float | None = None, paths: str = "call", room: str = "small"):
+        if paths not in PATHS or room not in ROOMS:
+            raise ValueError(f"echo paths {paths!r} or room {room!r}: paths are one of {PATHS}, rooms of {ROOMS}")
         self.rate = rate
+        self.new_path_per_answer = paths == "answer"
+        self.room = room
         self.origin = time.monotonic() if origin is None else origin
         self._rng = np.random.default_rng(seed)
         self.paths: list[dict] = []  # each answer's path, with when it started (s after origin)
@@ -88,8 +108,8 @@ class Echo:
     def played(self, at: float, samples: np.ndarray) -> None:
         """Agent audio that arrived at ``at``: it plays once what is queued before it has played."""
         now = self._sample(at)
-        if now - self._drains > NEW_ANSWER_S * self.rate or not self.paths:
-            path = draw_path(self._rng)
+        if not self.paths or (self.new_path_per_answer and now - self._drains > NEW_ANSWER_S * self.rate):
+            path = draw_path(self._rng, self.room)
             self._room = path.room_response(self.rate)
             self._delay = int(path.delay_ms * self.rate / 1000)
             self.paths.append({"at_s": round(now / self.rate, 3), **path.describe()})

@@ -49,6 +49,8 @@ class Options:
     tail_ms: int = 1000  # silence after the last answer
     reply_timeout_s: float = 30.0  # how long to wait for an answer before going on without one
     echo_seed: int | None = None  # the agent hears itself through a simulated room (echo.py); None: no echo
+    echo_paths: str = "call"  # one echo path for the call, or a new one for each answer (echo.PATHS)
+    echo_room: str = "small"  # echo.ROOMS
     noise_dbfs: float | None = None  # a steady noise floor under everything sent (noise.py); None: none
 
 
@@ -130,7 +132,10 @@ class _Sender:
             else:
                 frame = silence
             if self.echo is not None:
-                frame = np.clip(frame + self.echo.capture(time.monotonic(), len(frame)), -1.0, 1.0)
+                # The microphone records on the schedule, as a sound card does: a frame that goes out late
+                # (a busy client) holds the echo of its own 20 ms, not of the moment it was sent. Taken at the
+                # send time, frames sent in a burst held the same echo, over and over, which no room makes.
+                frame = np.clip(frame + self.echo.capture(pacer.due, len(frame)), -1.0, 1.0)
             if self.noise is not None:
                 frame = np.clip(frame + self.noise.next(len(frame)), -1.0, 1.0)
             await self.connection.send(codec.audio(frame))
@@ -165,7 +170,13 @@ class _Run:
         self.trace.started_at = time.monotonic()
         echo = None
         if self.options.echo_seed is not None:
-            echo = Echo(self.script.rate, self.options.echo_seed, origin=self.trace.started_at)
+            echo = Echo(
+                self.script.rate,
+                self.options.echo_seed,
+                origin=self.trace.started_at,
+                paths=self.options.echo_paths,
+                room=self.options.echo_room,
+            )
             self.trace.echo_paths = echo.paths
         noise = None if self.options.noise_dbfs is None else NoiseFloor(self.script.rate, self.options.noise_dbfs)
         sender = _Sender(connection, self.script.rate, echo, noise)

@@ -184,7 +184,7 @@ class RealtimeClientCodec:
                 return [Transcript("user", data["transcript"], True)]
             if kind == "response.done" and data["response"]["status"] == "cancelled":
                 return [Clear()]
-            if kind == "voice_agent.metrics":
+            if kind == "voice_agent.server.metrics":
                 return [Metrics({k: v for k, v in data.items() if k not in ("type", "event_id")})]
             if kind == "error":
                 return [Error(str(data["error"].get("code")), str(data["error"].get("message")))]
@@ -253,6 +253,11 @@ class Pacer:
     def __init__(self, frame_s: float = FRAME_S):
         self.frame_s = frame_s
         self._next = time.monotonic()
+
+    @property
+    def due(self) -> float:
+        """When the frame to send now is due: its place on the schedule, however late it goes out."""
+        return self._next
 
     async def tick(self) -> None:
         self._next += self.frame_s

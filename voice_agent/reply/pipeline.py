@@ -26,7 +26,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -36,7 +36,6 @@ from ..engines.chunker import SentenceChunker, word_tokens
 from ..engines.interfaces import TTSBackend
 from ..engines.llm.base import LLMBackend, Message, ToolCall
 from ..engines.speakable import speakable
-from ..holds import Hold, Holds
 from ..protocols.events import AgentAudio, Mark, OutputEvent, Transcript
 from .pacing import PlaybackClock
 from .repetition import LoopGuard
@@ -126,11 +125,11 @@ class Reply:
         self.tool_calls: list[ToolCall] = []
         self._sent_s = 0.0
         self._marked: tuple[float, float] | None = None  # (audio offset, when the client confirmed it)
-        # Frames flow only while no one holds them. A held reply generates and synthesizes
-        # ahead but emits nothing until resumed: that is how an answer is prepared
-        # while the turn may still go on. A pause stops the voice while the session
-        # finds out whether the user is interrupting or only saying "mm-hm".
-        self.holds = Holds([Hold.PREPARED] if held else [])
+        # A held reply generates and synthesizes ahead but emits nothing until it flows: that is how an
+        # answer is prepared while the turn may still go on. Its answer's holders stop and restart it.
+        self._flowing = asyncio.Event()
+        if not held:
+            self._flowing.set()
         self._first_chunk_synthesized = asyncio.Event()
 
     @property
@@ -247,24 +246,20 @@ class Reply:
             await audio.put(samples[start : start + self._frame])
         return samples[whole:]
 
-    def resume(self, holders: Hold | Iterable[Hold], why: str) -> None:
-        """Let ``holders`` go: the frames flow again once no other holder remains."""
-        if self.holds.release(holders):
-            log.debug("answer to turn %s resumed: %s", self.turn, why)
-
-    def pause(self, holder: Hold, why: str) -> None:
-        """Hold the frames back under ``holder``; ``why`` goes to the debug log, which tells what paused and
-        resumed an answer."""
-        if self.holds.add(holder):
-            log.debug("answer to turn %s paused: %s", self.turn, why)
-
     @property
     def paused(self) -> bool:
-        """Held, or paused: no frame goes out until every holder resumed it."""
-        return bool(self.holds)
+        """Held, or paused: no frame goes out until it flows."""
+        return not self._flowing.is_set()
+
+    def set_flowing(self, flowing: bool) -> None:
+        """Let the frames out, or hold them back (the answer's holders decide, :mod:`..turn_taking.answer`)."""
+        if flowing:
+            self._flowing.set()
+        else:
+            self._flowing.clear()
 
     async def _play(self, audio: asyncio.Queue) -> None:
-        await self.holds.wait()
+        await self._flowing.wait()
         while (item := await audio.get()) is not None:
             if isinstance(item, SpokenChunk):
                 item.start_s = self._sent_s
@@ -279,7 +274,7 @@ class Reply:
                 continue
             if (delay := self.playback.delay()) > 0:
                 await asyncio.sleep(delay)
-            await self.holds.wait()
+            await self._flowing.wait()
             self._emit(AgentAudio(item))
             duration = len(item) / self._rate
             self.playback.sent(duration)

@@ -46,7 +46,6 @@ from starlette.websockets import WebSocket
 from .. import log as logs
 from ..config import Settings
 from ..engines.loader import Engines, load_engines
-from ..metrics import CONTENT_TYPE, ServerMetrics
 from ..protocols.call_tokens import CallTokens, looks_like_call_token
 from ..protocols.events import InputEvent
 from ..protocols.native import NativeProtocol
@@ -58,6 +57,7 @@ from .close_codes import CloseCode
 from .connection import Codec, close_within, run_session
 from .host_check import HostCheck
 from .limits import AddressBudgets, Refused, SessionRegistry
+from .metrics import CONTENT_TYPE, ServerMetrics
 from .twiml import bare_host, connect_stream, is_valid_signature, stream_url
 
 if TYPE_CHECKING:  # the agent modules load only when an agent is served
@@ -97,15 +97,15 @@ class Runtime:
         # Called when the models cannot load: a server that can never be ready should exit, so that
         # an orchestrator restarts it rather than wait on it forever.
         self.on_load_failure: Callable[[], None] | None = None
-        self.unwatch_stt: Callable[[], None] | None = None
+        self.unwatch_engines: Callable[[], None] | None = None
         if engines is not None:
-            self.unwatch_stt = self.metrics.watch_stt(engines.stt_queue)
+            self.unwatch_engines = self.metrics.watch_engines(engines)
             self.ready.set()
 
     async def load(self) -> None:
         try:
             self.engines = await asyncio.to_thread(load_engines, self.settings)
-            self.unwatch_stt = self.metrics.watch_stt(self.engines.stt_queue)
+            self.unwatch_engines = self.metrics.watch_engines(self.engines)
             await self.engines.warm_up()
             if self.agent is not None:
                 from ..agent.agent_session import prepare_agent
@@ -181,8 +181,8 @@ def create_app(
         yield
         lag_watch.cancel()
         load_watch.cancel()
-        if runtime.unwatch_stt is not None:  # engines a caller passed in may outlive this app
-            runtime.unwatch_stt()
+        if runtime.unwatch_engines is not None:  # engines a caller passed in may outlive this app
+            runtime.unwatch_engines()
         if loader is not None:
             loader.cancel()
         if runtime.agent is not None:

@@ -25,7 +25,6 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 from .. import log as logs
 from ..config import Settings
 from ..engines.loader import Engines
-from ..metrics import ServerMetrics
 from ..printable import printable
 from ..protocols.events import (
     AudioReceived,
@@ -46,6 +45,7 @@ from ..protocols.events import (
 from ..session import Session
 from .close_codes import CloseCode
 from .limits import ClientLimits, Deadlines, RateLimit, Slot
+from .metrics import ServerMetrics
 
 if TYPE_CHECKING:  # imported when a session serves an agent: the plain server loads none of it
     from ..agent.agent import Agent

@@ -1,0 +1,1 @@
+"""Turn taking: who has the floor in one conversation, the user's turns, and the agent's answers (docs/session.md)."""

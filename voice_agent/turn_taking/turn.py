@@ -171,6 +171,8 @@ class TurnSignals:
     answer: Completeness | None = None  # dialogue_state.answer_completeness: does it answer what was asked?
     audio_end_probability: float | None = None
     agent_asked: bool = False  # dialogue_state.asks_for_answer: the agent's last words asked for an answer
+    # Signals asked about these words are still out (the LLM's, Smart Turn's): see TurnDetector.
+    pending: bool = False
 
 
 def fused_completeness(signals: TurnSignals) -> Completeness:
@@ -304,20 +306,33 @@ class TurnDetector:
         )
 
     def required_silence_ms(self, signals: TurnSignals | str | None) -> int:
-        """The silence that ends the turn; a bare transcript is the words alone."""
+        """The silence that ends the turn; a bare transcript is the words alone.
+
+        Words not in yet, and words whose signals are still out, wait the longest that any words could ask
+        for, until what is missing comes in. Under load the transcript of a pause comes late, and its
+        signals later still: read at once, the words alone would end a pause that the signals, in time at
+        one session, hold ("I'd like to book a table" that the LLM calls broken off). So the decision is
+        taken on the evidence it would have at one session, only later. Signals the decision does not read
+        (an answer to the agent's question decides alone) are not waited for."""
         if not isinstance(signals, TurnSignals):
             signals = TurnSignals(signals)
+        waits_for_signals = signals.pending and not (signals.answer is not None and self.model is None)
+        if signals.transcript is None or waits_for_signals:
+            return self.longest_ms()
         if self.model is None or self.commit_probability is None:
             return self._rules_silence_ms(signals)
         longest = self._silence_ms[Completeness.INCOMPLETE]
-        if signals.transcript is None:
-            return longest  # the words are not in yet: assume the user goes on
         silence = self.model.silence_for(signals, self.commit_probability)
         # Never inside the gap between two words, never past the longest wait.
         silence = int(min(max(silence, self.confident_ms), longest))
         if self._tells_and_may_go_on(signals) and not told_in_full(signals):
             return self.habit.telling_ms(silence)  # a user known to think longer after a telling
         return silence
+
+    def longest_ms(self) -> int:
+        """The longest silence any words ask for: after an unfinished sentence, or after a telling from a user
+        known to think longer than that."""
+        return self.habit.telling_ms(self._silence_ms[Completeness.INCOMPLETE])
 
     def _rules_silence_ms(self, signals: TurnSignals) -> int:
         """The rules' levels: a silence per kind of transcript (--turn-decision rules)."""

@@ -3,9 +3,11 @@
 When the speculative transcript of a pause is in, the session asks the LLM
 how likely the words end the turn and, if loaded, Smart Turn how finished the
 voice sounds; both run in their engines' threads while the pause goes on.
-The decision reads whatever has arrived at each VAD window, and again the
-moment a signal arrives (``UserTurn.on_news``), with ``current``: a signal
-that is late is left out, never waited for.
+The decision reads them at each VAD window, and again the moment a signal
+arrives (``UserTurn.on_news``), with ``current``: while one is still out, the
+words wait as if not in yet (``TurnDetector.required_silence_ms``), bounded by
+the longest silence, so that a transcript that came late under load is
+decided on the same signals as at one session.
 """
 
 from __future__ import annotations
@@ -59,6 +61,7 @@ class PauseSignals:
             answer=self.answer,
             audio_end_probability=_result(self._audio),
             agent_asked=self.agent_asked,
+            pending=any(not task.done() for task in self.tasks()),
         )
 
     def cancel(self) -> None:

@@ -35,6 +35,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from ..threads import iterate_in_thread, outlast
+from ..wait_line import WaitLine
 from .base import Message, PromptTooLong
 from .markup import ChatMarkup
 from .requantize import q8_0_copy
@@ -138,6 +139,7 @@ class LlamaCppBackend:
         self.warm_up_prompt = warm_up_prompt
         self._executor = ThreadPoolExecutor(instances, thread_name_prefix="llm")
         self._changed: asyncio.Condition | None = None  # an instance was taken or given back
+        self.wait_line = WaitLine("llm")  # answers and prefills waiting for an instance
         self._instances: list[_Instance] = []
         self._formatter: Any = None  # the chat template, for end_of_turn_logprob
         # The end-of-turn probability each recent answer read on its way, by its messages.
@@ -170,27 +172,29 @@ class LlamaCppBackend:
     def idle_instances(self) -> int:
         return sum(not instance.busy for instance in self._instances)
 
-    async def _take(self, messages: list[Message]) -> _Instance:
+    async def _take(self, messages: list[Message], kind: str) -> _Instance:
         """The instance whose cache serves ``messages`` best, once it is free.
 
         That is the one whose last conversation shares the longest prefix with
         them. If it is still filling its cache (:meth:`prefill`) with that
         prefix, waiting for it is quicker than evaluating it all again
         elsewhere; if it is generating an answer, the best idle one will do.
+        ``kind``: what it is for, in the wait's metric (answer, or prefill: an evaluation before one).
         """
         changed = self._condition()
-        async with changed:
-            while True:
-                best = max(self._instances, key=lambda c: (c.shared_prefix(messages), not c.busy))
-                if best.busy and not best.prefilling:
-                    idle = (candidate for candidate in self._instances if not candidate.busy)
-                    best = max(idle, key=lambda candidate: candidate.shared_prefix(messages), default=best)
-                if not best.busy:
-                    break
-                await changed.wait()
-            best.busy = True
-            best.last_messages = messages
-            return best
+        with self.wait_line.waiting(kind):
+            async with changed:
+                while True:
+                    best = max(self._instances, key=lambda c: (c.shared_prefix(messages), not c.busy))
+                    if best.busy and not best.prefilling:
+                        idle = (candidate for candidate in self._instances if not candidate.busy)
+                        best = max(idle, key=lambda candidate: candidate.shared_prefix(messages), default=best)
+                    if not best.busy:
+                        break
+                    await changed.wait()
+                best.busy = True
+                best.last_messages = messages
+                return best
 
     async def _give_back(self, instance: _Instance) -> None:
         changed = self._condition()
@@ -209,7 +213,7 @@ class LlamaCppBackend:
         """Stream the answer; ``tools`` are ignored (see ``supports_tools``)."""
         messages = self._markup.screen_messages(messages)
         loop = asyncio.get_running_loop()
-        instance = await self._take(messages)
+        instance = await self._take(messages, "answer")
         reading = self._answer_readings.get(_key(messages))
         read = bool(messages) and messages[-1]["role"] == "user" and (reading is None or not reading.done())
         try:
@@ -342,7 +346,7 @@ class LlamaCppBackend:
     async def _prefilling(self, messages: list[Message], evaluate: Callable[[Any, list[Message]], T]) -> T:
         """``evaluate(llama, messages)`` on the instance that serves ``messages`` best, marked as filling its
         cache with them meanwhile (an answer to them waits for it, :meth:`_take`)."""
-        instance = await self._take(messages)
+        instance = await self._take(messages, "prefill")
         instance.prefilling = True
         work = asyncio.get_running_loop().run_in_executor(self._executor, evaluate, instance.llama, messages)
         try:

@@ -23,9 +23,9 @@ import functools
 import re
 from collections.abc import Iterable
 
+from ...printable import CHAT_MARKUP
 from .base import Message
 
-CHAT_MARKUP = re.compile(r"<\|[^<>|\s]{1,40}\|>")
 SHORTEST_TOKEN = 3  # a vocabulary that marks a single character as special cannot mean that as markup
 
 

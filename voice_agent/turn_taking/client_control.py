@@ -1,12 +1,13 @@
 """What a client controls itself: its start options, and the Realtime protocol's settings, buffer and responses.
 
 At the start a client may set the prompt and a greeting (an agent's start
-hook decides instead where there is one). A Realtime client may change its own copy of the server's settings (session.update),
-commit or clear the audio it sent (manual turn taking), add text, ask for a
-response or cancel it, truncate an answer to what it played, and declare
-functions it runs itself and send their outputs (client_tools.py). Turn taking
-and the answer's life stay the session's: this holds what the client asked for
-and calls the session to act on it.
+hook decides instead where there is one). A Realtime client may change its
+own copy of the server's settings (session.update), commit or clear the audio
+it sent (manual turn taking), add text, ask for a response or cancel it, and
+declare functions it runs itself (client_tools.py); what it does to the
+conversation's items is :mod:`..agent.conversation_items`'. Turn taking and
+the answer's life stay the session's and its floor's: this holds what the
+client asked for and calls the session to act on it.
 """
 
 from __future__ import annotations
@@ -14,45 +15,38 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections import OrderedDict
 from collections.abc import Callable, Coroutine
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
-from .agent.agent_session import AgentSession
-from .agent.client_tools import ClientCalls, ToolOffer
-from .agent.conversation import Conversation
-from .agent.reply_factory import ReplyFactory
-from .answer import Answer
-from .audio import PIPELINE_RATE
-from .config import Settings
-from .engines.llm.base import Message, supports_tools
-from .engines.loader import Engines
-from .engines.stt_queue import SessionSTT
-from .listener import Listener
-from .log import log_exception
-from .printable import printable
-from .protocols.events import (
+from ..agent.agent_session import AgentSession
+from ..agent.client_tools import ToolOffer
+from ..agent.conversation import Conversation
+from ..agent.conversation_items import CONVERSATION_ITEM_EVENTS, ConversationItems
+from ..agent.reply_factory import ReplyFactory, TurnMetrics
+from ..audio import PIPELINE_RATE
+from ..config import Settings
+from ..engines.llm.base import Message, supports_tools
+from ..engines.loader import Engines
+from ..engines.stt_queue import SessionSTT
+from ..log import log_exception
+from ..printable import printable
+from ..protocols.events import (
     AUTO,
     CLIENT_CANCELLED,
     TURN_DETECTED,
     Error,
     FunctionCallOutput,
-    FunctionOutputAdded,
     HistoryMessage,
-    HistoryMessageAdded,
     IdleTimeout,
     InputClear,
     InputCleared,
     InputCommit,
     InputEvent,
     ItemDelete,
-    ItemDeleted,
     ItemRetrieve,
-    ItemRetrieved,
     OutputEvent,
     ResponseCancel,
     ResponseRequest,
@@ -62,7 +56,6 @@ from .protocols.events import (
     ToolChoice,
     ToolSchemas,
     Transcript,
-    Truncated,
     TruncateRequest,
     TurnCommitted,
     TurnDetection,
@@ -71,17 +64,18 @@ from .protocols.events import (
     UserTextAdded,
     chosen_name,
 )
-from .reply.pipeline import Reply
-from .turn_taking.turn import has_words
-from .turn_taking.turn_detection import turn_taking
-from .user_turn import TurnMetrics, UserTurn
+from ..reply.pipeline import Reply
+from .answer import Answer
+from .listener import Listener
+from .turn import has_words
+from .turn_detection import turn_taking
+from .user_turn import UserTurn
 
 if TYPE_CHECKING:
-    from .agent.agent import CallContext
+    from ..agent.agent import CallContext
 
 log = logging.getLogger(__name__)
 
-REMEMBERED_ANSWERS = 64  # answers a client may still truncate
 CLIENT_CONTROL_EVENTS = (
     SessionUpdate,
     InputCommit,
@@ -95,15 +89,6 @@ CLIENT_CONTROL_EVENTS = (
     ItemRetrieve,
     ItemDelete,
 )
-
-
-@dataclass
-class _Spoken:
-    """An answer a client may truncate to what it played."""
-
-    reply: Reply
-    message: Message | None = None  # its message in the history, once remembered
-    cut_s: float | None = None  # a truncation that came while it still played
 
 
 class ControlledSession(Protocol):
@@ -156,12 +141,9 @@ class ClientControl:
         self._inputs: list[asyncio.Future[str]] = []  # user input not answered yet: text, committed turns
         self.tools: ToolSchemas = ()  # the client's functions (client_tools.py), and how the LLM may choose them
         self.tool_choice: ToolChoice = AUTO
-        self.calls = ClientCalls()
-        # Items the client may delete: text waiting for a response, and the messages it added, by item id.
-        self._texts: OrderedDict[str, asyncio.Future[str]] = OrderedDict()
-        self._messages: OrderedDict[str, Message] = OrderedDict()
+        self.items = ConversationItems(session.conversation, session.emit)
+        self.calls = self.items.calls
         self._idle: asyncio.TimerHandle | None = None  # idle_timeout_ms: the wait for the user after an answer
-        self._spoken: OrderedDict[int, _Spoken] = OrderedDict()
 
     def start(self, event: SessionStarted) -> None:
         """The client's start options: the sample rate, and a prompt and greeting unless an agent decides them."""
@@ -203,20 +185,8 @@ class ClientControl:
             self._on_response_request(event)
         elif isinstance(event, ResponseCancel):
             self._on_cancel(event)
-        elif isinstance(event, TruncateRequest):
-            self._on_truncate(event)
-        elif isinstance(event, FunctionCallOutput):
-            self._on_function_output(event)
-        elif isinstance(event, HistoryMessage):
-            # Into the history at once, before any user text still waiting for a response.
-            message = {"role": event.role, "content": event.text}
-            self._session.conversation.history.append(message)
-            _keep_recent(self._messages, event.item_id, message)
-            self._session.emit(HistoryMessageAdded(event.role, event.text, event.item_id))
-        elif isinstance(event, ItemRetrieve):
-            self._session.emit(ItemRetrieved(event.item_id, event.event_id))
-        elif isinstance(event, ItemDelete):
-            self._on_delete(event)
+        elif isinstance(event, CONVERSATION_ITEM_EVENTS):
+            self.items.handle(event, self._inputs)
 
     def _on_text(self, event: UserText) -> None:
         """Typed text waits for a response: a bounded number of items, and of characters, so a client cannot
@@ -231,7 +201,7 @@ class ClientControl:
             message = f"over {settings.max_pending_chars} characters of text would wait for a response. Ignored"
             self._session.emit(Error("pending_text_too_long", message, event.event_id))
             return
-        _keep_recent(self._texts, event.item_id, self.add_input(event.text))
+        self.items.text_added(event.item_id, self.add_input(event.text))
         self._session.emit(UserTextAdded(event.text, event.item_id))
 
     def _ready(self) -> list[asyncio.Future[str]]:
@@ -250,20 +220,6 @@ class ClientControl:
         ready = self._ready()
         self._inputs = [item for item in self._inputs if item not in ready]
         return " ".join(t for t in (item.result() for item in ready) if has_words(t))
-
-    def playing(self, number: int, reply: Reply) -> None:
-        """Answer ``number`` is the one the user hears: the client may truncate it from now on."""
-        self._spoken[number] = _Spoken(reply)
-        while len(self._spoken) > REMEMBERED_ANSWERS:
-            self._spoken.popitem(last=False)
-
-    def remembered(self, reply: Reply, message: Message) -> None:
-        """``reply`` went into the history as ``message``: apply a truncation that came before it did."""
-        spoken = next((s for s in reversed(self._spoken.values()) if s.reply is reply), None)
-        if spoken is not None:
-            spoken.message = message
-            if spoken.cut_s is not None and spoken.cut_s < reply.heard_s():
-                self._session.conversation.truncate(message, reply.text_until(spoken.cut_s))
 
     def close(self) -> None:
         self.user_speaks()
@@ -435,59 +391,3 @@ class ClientControl:
             self._session.emit(Error("response_cancel_not_active", "there is no response to cancel", event.event_id))
             return
         self._session.interrupt(CLIENT_CANCELLED)
-
-    def _on_delete(self, event: ItemDelete) -> None:
-        """An answer heard and remembered, a message the client added, or text still waiting for a response."""
-        session = self._session
-        text = self._texts.pop(event.item_id, None)
-        if text is not None and text in self._inputs:
-            self._inputs.remove(text)
-            session.emit(ItemDeleted(event.item_id))
-            return
-        spoken = self._spoken.get(event.response) if event.response is not None else None
-        message = spoken.message if spoken is not None else self._messages.get(event.item_id)
-        if message is None or not session.conversation.forget(message):
-            refusal = (
-                "only a finished answer, a message the client added, or text still waiting for a response can be "
-                "deleted; user speech and text already answered are part of a turn, calls part of their answer"
-            )
-            session.emit(Error("item_not_deletable", refusal, event.event_id))
-            return
-        self._messages.pop(event.item_id, None)
-        self.calls.forget({call["id"] for call in message.get("tool_calls") or ()})
-        session.emit(ItemDeleted(event.item_id))
-
-    def _on_function_output(self, event: FunctionCallOutput) -> None:
-        if self.calls.answer(event.call_id, event.output):
-            self._session.emit(FunctionOutputAdded(event.call_id, event.output, event.item_id))
-            return
-        message = (
-            f"no function call {printable(event.call_id)} waits for an output: it has one, "
-            "or the conversation went on without it"
-        )
-        self._session.emit(Error("function_call_not_pending", message, event.event_id))
-
-    def _on_truncate(self, event: TruncateRequest) -> None:
-        spoken = self._spoken.get(event.response)
-        if spoken is None:
-            self._session.emit(Error("item_not_found", "that answer is no longer known to the server", event.event_id))
-            return
-        seconds = event.audio_end_ms / 1000.0
-        if seconds > spoken.reply.sent_s + 0.001:
-            message = f"audio_end_ms {event.audio_end_ms} is past the {spoken.reply.sent_s * 1000:.0f} ms of audio sent"
-            self._session.emit(Error("invalid_value", message, event.event_id))
-            return
-        text = spoken.reply.text_until(seconds)
-        if spoken.message is not None:
-            self._session.conversation.truncate(spoken.message, text)
-        else:
-            spoken.cut_s = seconds
-        self._session.emit(Truncated(event.response, event.audio_end_ms, text))
-
-
-def _keep_recent(items: OrderedDict, item_id: str, value: object) -> None:
-    """``items[item_id] = value``, keeping the last ``REMEMBERED_ANSWERS``: an id older than that is not deletable."""
-    if item_id:
-        items[item_id] = value
-        while len(items) > REMEMBERED_ANSWERS:
-            items.popitem(last=False)

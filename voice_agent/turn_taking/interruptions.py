@@ -16,24 +16,24 @@ from typing import Protocol
 
 import numpy as np
 
-from . import log as logs
-from .answer import Answer
-from .audio import PIPELINE_RATE
+from .. import log as logs
+from ..audio import PIPELINE_RATE
+from ..config import Settings
+from ..echo import ECHO_SHARE, WHOLE_ECHO_SHARE, others_words, timed_words, words_of
+from ..echo_reference import INPUT_SAMPLES as ECHO_INPUT_SAMPLES
+from ..echo_reference import QUIET_INPUT_SAMPLES, EchoReference
+from ..echo_suppression import FIT_S, suppress_echo
+from ..engines.interfaces import Reading
+from ..engines.loader import Engines
+from ..engines.stt_queue import SessionSTT
+from ..engines.vad import WINDOW, WINDOW_MS
+from ..protocols.events import TURN_DETECTED, AgentAudio, Clear, OutputEvent, TurnDetection, TurnIgnored
+from ..reply.pipeline import Reply
+from .answer import USER_HOLDS, Answer, Hold
 from .barge_in import BargeIn, BargeInPolicy, Hearing, Judgement, Verdict, judge
-from .config import Settings
-from .echo import ECHO_SHARE, WHOLE_ECHO_SHARE, others_words, timed_words, words_of
-from .echo_reference import INPUT_SAMPLES as ECHO_INPUT_SAMPLES
-from .echo_reference import QUIET_INPUT_SAMPLES, EchoReference
-from .echo_suppression import FIT_S, suppress_echo
-from .engines.interfaces import Reading
-from .engines.loader import Engines
-from .engines.stt_queue import SessionSTT
-from .engines.vad import WINDOW, WINDOW_MS
-from .holds import USER_HOLDS, Hold
+from .floor import Floor, FloorEvent, HandOver, Pause, Resume
 from .listener import Listener
-from .protocols.events import TURN_DETECTED, AgentAudio, Clear, OutputEvent, TurnDetection, TurnIgnored
-from .reply.pipeline import Reply
-from .turn_taking.turn import has_words
+from .turn import has_words
 from .user_turn import SPEECH_TAIL_SAMPLES, UserTurn
 
 log = logging.getLogger(__name__)
@@ -143,11 +143,7 @@ class OverlapFloor(Protocol):
     @property
     def merge(self) -> Withdrawal: ...
 
-    @property
-    def answer(self) -> Answer | None: ...
-
-    @property
-    def reply(self) -> Reply | None: ...
+    floor: Floor
 
     @property
     def sample_rate(self) -> int: ...
@@ -185,6 +181,9 @@ class Interruptions:
         self._word_held: int | None = None  # the turn whose one word keeps the agent paused (is_lone_word)
         self._stop_read: int | None = None  # the turn over the echo that a reading found a stop word in
         self._ignored: tuple[int, int] | None = None  # the last turn over the agent ignored: its start, last speech
+
+    def _post(self, event: FloorEvent) -> None:
+        self._session.floor.transition(event)
 
     def watching_output(self, send: Callable[[OutputEvent], None]) -> Callable[[OutputEvent], None]:
         """``send``, with the agent's audio and the client's buffer clears noted first, for :meth:`hears_own_voice`."""
@@ -256,54 +255,54 @@ class Interruptions:
         is out before then.
         """
         session = self._session
-        reply = session.reply
-        if self._fade_timer is not None and reply is not None and Hold.ONSET in reply.holds:
+        answer = session.floor.answer
+        if self._fade_timer is not None and answer is not None and answer.held_by(Hold.ONSET):
             # More speech before the faded one's pause ended: the agent stays silent for it.
             self._fade_timer.cancel()
             self._fade_timer = None
             self._onset_spent = True
             if session.clock() - self._onset_began < ONSET_CHAIN_MAX_S:
                 log.debug("session %s: more speech at the onset within the hold: the agent stays paused", session.id)
-                self._time_onset(reply)
+                self._time_onset(answer)
                 if self._onset_over_echo:
-                    self._look_at_hold(reply)
+                    self._look_at_hold(answer)
             else:
-                self._onset_ends(reply, "lone speech windows for a second, and no turn")
+                self._onset_ends(answer, "lone speech windows for a second, and no turn")
             return
         if (
             self._onset_spent
-            or reply is None
-            or not reply.started_audio
-            or reply.paused
+            or answer is None
+            or answer.heard_nothing
+            or answer.paused
             or not session.control.turn_detection.interrupt_response
             or self.policy.min_speech_ms > session.settings.vad_min_speech_ms
         ):
             return
-        reply.pause(Hold.ONSET, "speech began over it")
+        self._post(Pause(answer, Hold.ONSET, "speech began over it"))
         self._onset_spent = True
         self._onset_began = session.clock()
         self._onset_start = start
         self._onset_over_echo = self.echo_heard or not self._no_echo_before(start)
-        self._time_onset(reply)
+        self._time_onset(answer)
 
-    def _time_onset(self, reply: Reply) -> None:
+    def _time_onset(self, answer: Answer) -> None:
         """A run that hovers about the VAD's threshold makes no turn and never fades: past the output lead, the
         user would hear the gap, for what may be nothing. An earlier onset's timer must not end this pause: it
         resumed the agent 20 ms into the pause for "No, that's not what I asked." (the echo rig)."""
         if self._onset_timer is not None:
             self._onset_timer.cancel()
         self._onset_timer = asyncio.get_running_loop().call_later(
-            self._session.settings.output_lead_ms / 1000, self._onset_runs_out, reply
+            self._session.settings.output_lead_ms / 1000, self._onset_runs_out, answer
         )
 
-    def _onset_runs_out(self, reply: Reply) -> None:
+    def _onset_runs_out(self, answer: Answer) -> None:
         self._onset_timer = None
-        if Hold.ONSET in reply.holds and self._look is not None and not self._look.done():
+        if answer.held_by(Hold.ONSET) and self._look is not None and not self._look.done():
             # The look at its turn's speech with the echo out is under way, and ends the pause (or keeps it for
             # speech) in a few ms: resumed now, the agent talked for 50 ms before that look paused it again
             # (scripts/bargein_eval's echo rig, "Sorry, can you repeat that?").
             return
-        self._onset_ends(reply, "the pause at the onset ran out")
+        self._onset_ends(answer, "the pause at the onset ran out")
 
     def may_hold_echo(self, turn: UserTurn) -> bool:
         """Whether the agent's echo may be in ``turn``'s speech: the input before it was not near silence under
@@ -357,14 +356,14 @@ class Interruptions:
         """The speech that paused the agent at its onset made no turn: the agent goes on, unless more speech
         comes within :data:`ONSET_HOLD_S`."""
         self._onset_spent = False
-        reply = self._session.reply
-        if reply is None or Hold.ONSET not in reply.holds:
+        answer = self._session.floor.answer
+        if answer is None or not answer.held_by(Hold.ONSET):
             return
         if self._fade_timer is not None:
             self._fade_timer.cancel()
-        self._fade_timer = asyncio.get_running_loop().call_later(ONSET_HOLD_S, self._faded_out, reply)
+        self._fade_timer = asyncio.get_running_loop().call_later(ONSET_HOLD_S, self._faded_out, answer)
 
-    def _look_at_hold(self, reply: Reply) -> None:
+    def _look_at_hold(self, answer: Answer) -> None:
         """The onset's pause held over a fade is for the agent's own echo if no speech window at all is left of
         the input since the onset once the echo is out: the agent goes on at once. Echo windows about 60 ms
         apart, each too short for the echo test, held an answer silent for 240 to 380 ms (scripts/bargein_eval's
@@ -374,9 +373,9 @@ class Interruptions:
             return
         echo = self._echo_between(self._onset_start, self._session.listener.timeline.received)
         if echo is not None:
-            self._hold_look = asyncio.create_task(self._end_hold_if_echo(reply, echo))
+            self._hold_look = asyncio.create_task(self._end_hold_if_echo(answer, echo))
 
-    async def _end_hold_if_echo(self, reply: Reply, echo: tuple[np.ndarray, np.ndarray, int, int]) -> None:
+    async def _end_hold_if_echo(self, answer: Answer, echo: tuple[np.ndarray, np.ndarray, int, int]) -> None:
         session = self._session
         try:
             _, speech = await asyncio.to_thread(self._speech_without_echo, *echo)
@@ -384,33 +383,33 @@ class Interruptions:
             logs.log_exception(log, "session %s: taking the echo out of the onset failed", session.id)
             return
         if not speech.any() and session.listener.turn is None:  # a turn's own look decides on more of it
-            self._onset_ends(reply, "the speech held at the onset is the agent's echo")
+            self._onset_ends(answer, "the speech held at the onset is the agent's echo")
 
-    def _faded_out(self, reply: Reply) -> None:
+    def _faded_out(self, answer: Answer) -> None:
         self._fade_timer = None
-        self._onset_ends(reply, "the speech at the onset made no turn")
+        self._onset_ends(answer, "the speech at the onset made no turn")
 
-    def _onset_ends(self, reply: Reply | None, why: str) -> None:
-        if reply is None or Hold.ONSET not in reply.holds:
+    def _onset_ends(self, answer: Answer | None, why: str) -> None:
+        if answer is None or not answer.held_by(Hold.ONSET):
             return  # resumed already, or its turn took the pause over
         if self._fade_timer is not None:
             self._fade_timer.cancel()
             self._fade_timer = None
-        reply.resume(Hold.ONSET, why)
+        self._post(Resume(answer, Hold.ONSET, why))
 
     def user_speaks(self, turn: UserTurn) -> None:
         """Another speech window of ``turn`` over the agent: interrupt it for real speech, not for "mm-hm"."""
         self._onset_spent = False
         session = self._session
-        answer, reply = session.answer, session.reply
-        if not self._onset_over_echo and reply is not None:
-            reply.holds.hand_over(Hold.ONSET, Hold.TURN)  # the turn's own pause and check take it from here
-        if answer is None or reply is None or not session.control.turn_detection.interrupt_response:
+        answer = session.floor.answer
+        if not self._onset_over_echo and answer is not None:
+            self._post(HandOver(answer, Hold.ONSET, Hold.TURN))  # the turn's own pause and check take it from here
+        if answer is None or answer.reply is None or not session.control.turn_detection.interrupt_response:
             return
         if session.merge.take_grace(answer):
             turn.may_withdraw = True
-        if reply.paused:  # at its onset, or for this turn's speech before
-            self._end_pause_if_speech_stops(reply, turn)
+        if answer.paused:  # at its onset, or for this turn's speech before
+            self._end_pause_if_speech_stops(answer, turn)
         if turn.speech_ms < self.policy.min_speech_ms:
             return
         checking = turn.barge_check is not None and not turn.barge_check.done()
@@ -420,7 +419,7 @@ class Interruptions:
         # that, once its voice came back, the words decide before it falls silent (LISTEN).
         echo_heard = self.echo_heard and echo is None and not turn.may_withdraw
         if echo is None:
-            self._onset_ends(reply, "no echo to take out: the turn decides, as without one")
+            self._onset_ends(answer, "no echo to take out: the turn decides, as without one")
         action = self.policy.decide(turn.speech_ms, turn.barge_checked_ms, checking, echo_heard)
         if action is BargeIn.NONE:
             return
@@ -428,21 +427,27 @@ class Interruptions:
             if echo is not None:
                 # The agent's echo is in what the VAD took for speech: act once it is out, if speech is left.
                 if self._look is None or self._look.done():
-                    self._look = asyncio.create_task(self._act_on_speech(reply, turn, echo, action))
+                    self._look = asyncio.create_task(self._act_on_speech(answer, turn, echo, action))
             elif action is BargeIn.INTERRUPT:
                 self._yield_to(turn, "")
             else:
-                reply.pause(Hold.TURN, "speech over it: silent at once, as a person would, while its words are checked")
+                self._post(
+                    Pause(
+                        answer,
+                        Hold.TURN,
+                        "speech over it: silent at once, as a person would, while its words are checked",
+                    )
+                )
                 if action is BargeIn.PAUSE:
-                    self._end_pause_if_speech_stops(reply, turn)
+                    self._end_pause_if_speech_stops(answer, turn)
         if action in (BargeIn.CHECK, BargeIn.LISTEN):
             turn.barge_checked_ms = turn.speech_ms
             turn.barge_check = asyncio.create_task(self._check(turn, turn.audio(), echo))
 
     async def _act_on_speech(
-        self, reply: Reply, turn: UserTurn, echo: tuple[np.ndarray, np.ndarray, int, int], action: BargeIn
+        self, answer: Answer, turn: UserTurn, echo: tuple[np.ndarray, np.ndarray, int, int], action: BargeIn
     ) -> None:
-        """Pause ``reply`` (or stop it, for ``action`` INTERRUPT) if ``echo``'s input holds speech once the echo
+        """Pause ``answer`` (or stop it, for ``action`` INTERRUPT) if ``echo``'s input holds speech once the echo
         is out: a few ms, against the quarter second of the check's transcription."""
         session = self._session
         try:
@@ -450,8 +455,8 @@ class Interruptions:
         except Exception:
             logs.log_exception(log, "session %s: taking the echo out failed", session.id)
             cleaned, speech = echo[0], np.ones(len(echo[0]) // WINDOW, bool)  # unknown: treat as speech
-        if session.reply is not reply or session.listener.turn is not turn:
-            self._onset_ends(reply, "the answer or the turn ended while the echo was taken out")
+        if session.floor.answer is not answer or session.listener.turn is not turn:
+            self._onset_ends(answer, "the answer or the turn ended while the echo was taken out")
             return  # the answer, or the turn, ended meanwhile: the resume is behind us
         if cleaned is None:
             # No speech yet; a pause at the onset ends with the output lead (speech_begins), unless a window
@@ -459,22 +464,22 @@ class Interruptions:
             # (resumed at once, the agent talked for 50 ms before the next window paused it again, in three of
             # five interruptions of an echo-rig run).
             if self._onset_timer is None:  # the onset's pause ran out while this look went on
-                self._onset_ends(reply, "the pause at the onset ran out, and no speech once the echo is out")
+                self._onset_ends(answer, "the pause at the onset ran out, and no speech once the echo is out")
             return
         if self._speech_since_judged(turn, speech) < MIN_SPEECH_WINDOWS:
-            self._onset_ends(reply, "no new speech since the turn was judged no interruption")
+            self._onset_ends(answer, "no new speech since the turn was judged no interruption")
             return  # the turn so far was judged no interruption, and no speech came since: the agent goes on
-        reply.holds.hand_over(Hold.ONSET, Hold.TURN)  # speech: held for it now, not till the onset's timer
+        self._post(HandOver(answer, Hold.ONSET, Hold.TURN))  # speech: held for it now, not till the onset's timer
         # Whatever the words, but only for that much speech once the echo is out (a hiss over it lasts long).
         if action is BargeIn.INTERRUPT and speech.sum() * WINDOW_MS >= self.policy.force_ms:
             self._yield_to(turn, "")
         else:
-            reply.pause(Hold.TURN, "speech left with the echo out")
+            self._post(Pause(answer, Hold.TURN, "speech left with the echo out"))
             if action is BargeIn.PAUSE:
-                self._end_pause_if_speech_stops(reply, turn)
+                self._end_pause_if_speech_stops(answer, turn)
 
-    def _end_pause_if_speech_stops(self, reply: Reply, turn: UserTurn) -> None:
-        """Resume ``reply``, paused for ``turn`` before any check of its words, if no speech window comes within
+    def _end_pause_if_speech_stops(self, answer: Answer, turn: UserTurn) -> None:
+        """Resume ``answer``, paused for ``turn`` before any check of its words, if no speech window comes within
         the output lead the client still plays: the user hears no gap.
 
         Speech that stops short of ``barge_in_check_ms`` interrupts no one, and its turn is ignored when it
@@ -485,33 +490,33 @@ class Interruptions:
         """
         if turn.barge_check is not None or turn.may_withdraw:
             return  # its check decides; or the graceful way out (turn_merge) does
-        self._look_for_silence_in(self._session.settings.output_lead_ms / 1000, reply, turn, turn.last_speech)
+        self._look_for_silence_in(self._session.settings.output_lead_ms / 1000, answer, turn, turn.last_speech)
 
-    def _look_for_silence_in(self, seconds: float, reply: Reply, turn: UserTurn, last_speech: int) -> None:
+    def _look_for_silence_in(self, seconds: float, answer: Answer, turn: UserTurn, last_speech: int) -> None:
         if self._short_timer is not None:
             self._short_timer.cancel()
         self._short_timer = asyncio.get_running_loop().call_later(
-            seconds, self._speech_stopped_short, reply, turn, last_speech
+            seconds, self._speech_stopped_short, answer, turn, last_speech
         )
 
-    def _speech_stopped_short(self, reply: Reply, turn: UserTurn, last_speech: int) -> None:
+    def _speech_stopped_short(self, answer: Answer, turn: UserTurn, last_speech: int) -> None:
         session = self._session
         if not (
-            session.reply is reply
+            session.floor.answer is answer
             and session.listener.turn is turn
             and turn.last_speech == last_speech
             and turn.barge_check is None
             and (self._look is None or self._look.done())
-            and Hold.ONSET not in reply.holds  # its own timer ends that pause
+            and not answer.held_by(Hold.ONSET)  # its own timer ends that pause
         ):
             return
         short_s = (
             session.settings.output_lead_ms / 1000 - (session.listener.timeline.received - last_speech) / PIPELINE_RATE
         )
         if short_s > 0:
-            self._look_for_silence_in(max(short_s, WINDOW_MS / 1000), reply, turn, last_speech)
+            self._look_for_silence_in(max(short_s, WINDOW_MS / 1000), answer, turn, last_speech)
         else:
-            reply.resume(Hold.TURN, "the speech over it stopped short of a check")
+            self._post(Resume(answer, Hold.TURN, "the speech over it stopped short of a check"))
 
     def _echo_over(self, turn: UserTurn, tail: int = 0) -> tuple[np.ndarray, np.ndarray, int, int] | None:
         """For the barge-in check of ``turn`` (and ``tail`` samples past its last speech): :meth:`_echo_between`
@@ -592,7 +597,7 @@ class Interruptions:
         except Exception:
             logs.log_exception(log, "session %s: reading a short turn over the agent failed", session.id)
             return
-        reply = session.reply
+        reply = session.floor.reply
         if reply is None or not self.policy.has_stop_word(text):
             log.log(logs.words_level(), "session %s: no stop word in a short turn over the agent: %r", session.id, text)
             return
@@ -652,8 +657,8 @@ class Interruptions:
                         # The turn so far is the echo: the next look pauses the agent only for speech past it (a
                         # loud echo's residue passed one look and not the next, and paused the agent for 350 ms).
                         self._judged = {turn.id: max(self._judged.get(turn.id, 0), turn.start + echo[3])}
-                    if session.reply is not None and (whole or not self.holds_word(turn)):
-                        session.reply.resume(USER_HOLDS, "no new speech with the echo out")
+                    if session.floor.reply is not None and (whole or not self.holds_word(turn)):
+                        self._post(Resume(session.floor.answer, USER_HOLDS, "no new speech with the echo out"))
                     return
                 audio = cleaned
             reading = await session.stt.read(audio)
@@ -668,8 +673,9 @@ class Interruptions:
         except Exception:
             logs.log_exception(log, "session %s: barge-in transcription failed", session.id)
             reading = Reading("?", no_speech=False)  # unknown words: treat as speech
-        reply = session.reply
-        if reply is None:
+        answer = session.floor.answer
+        reply = None if answer is None else answer.reply
+        if answer is None or reply is None:
             return
         self._word_held = None
         own_voice = bool(session.settings.barge_in_ignore_echo) and self._is_own_voice(
@@ -685,9 +691,9 @@ class Interruptions:
             own_voice=own_voice,
             stop_read_before=self._stop_read == turn.id,
         )
-        self._act_on(turn, judge(hearing, self.policy), reply, heard_until, whole)
+        self._act_on(turn, judge(hearing, self.policy), answer, heard_until, whole)
 
-    def _act_on(self, turn: UserTurn, judgement: Judgement, reply: Reply, heard_until: int, whole: bool) -> None:
+    def _act_on(self, turn: UserTurn, judgement: Judgement, answer: Answer, heard_until: int, whole: bool) -> None:
         """Carry out the verdict on a reading of ``turn``'s speech up to sample ``heard_until``."""
         session = self._session
         verdict, text = judgement.verdict, judgement.text
@@ -697,11 +703,11 @@ class Interruptions:
             log.log(logs.words_level(), "session %s: the agent's own voice: %r", session.id, text)
             self.echo_heard = True
             self._judged = {turn.id: heard_until}
-            reply.resume(USER_HOLDS, "its own voice")
+            self._post(Resume(answer, USER_HOLDS, "its own voice"))
         elif verdict is Verdict.ACKNOWLEDGEMENT:
             log.log(logs.words_level(), "session %s: not an interruption: %r", session.id, text)
             self._judged = {turn.id: heard_until}
-            reply.resume(USER_HOLDS, "a backchannel")
+            self._post(Resume(answer, USER_HOLDS, "a backchannel"))
         elif verdict is Verdict.LONE_WORD:
             log.log(
                 logs.words_level(), "session %s: one word over the echo, not yet an interruption: %r", session.id, text
@@ -709,14 +715,14 @@ class Interruptions:
             if not whole:
                 self._judged = {turn.id: heard_until}
             if session.listener.turn is not turn:  # it ended while we listened, or this read all of it
-                reply.resume(USER_HOLDS, "one word over the echo, and its turn ended")
+                self._post(Resume(answer, USER_HOLDS, "one word over the echo, and its turn ended"))
             elif not whole:
                 self._word_held = turn.id
         elif verdict is Verdict.WAIT:
             self._read_again(turn, text, heard_until, judgement.why)
         elif verdict is Verdict.NOISE:
             log.log(logs.words_level(), "session %s: %s: %r", session.id, judgement.why, text)
-            reply.resume(USER_HOLDS, judgement.why)
+            self._post(Resume(answer, USER_HOLDS, judgement.why))
         else:
             self._yield_to(turn, text)
             if session.listener.turn is not turn:
@@ -806,7 +812,7 @@ class Interruptions:
         log.log(logs.words_level(), "session %s: the words that interrupted: %r", session.id, text)
         turn.over_agent = False
         session.announce(turn)
-        answer = session.answer
+        answer = session.floor.answer
         if (
             answer is not None
             and answer.turn_start is not None

@@ -12,16 +12,14 @@ check finds to be the user's words withdraws it all the same.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Callable, Iterable
 from typing import Protocol
 
-from .answer import Answer, TurnState
-from .config import Settings
-from .holds import Hold
-from .protocols.events import TURN_DETECTED, Clear, Metrics, OutputEvent, TurnIgnored
-from .reply.pipeline import Reply
+from ..config import Settings
+from ..protocols.events import Metrics, OutputEvent, TurnIgnored
+from .answer import Answer, Hold
+from .floor import Floor, FloorState, HandOver, Pause, Resume, Withdraw
 from .user_turn import UserTurn
 
 log = logging.getLogger(__name__)
@@ -29,7 +27,7 @@ log = logging.getLogger(__name__)
 
 def held_at_onset(answer: Answer | None) -> bool:
     """Whether a speech window in the grace, before it made a turn, paused ``answer``."""
-    return answer is not None and answer.reply is not None and Hold.GRACE_ONSET in answer.reply.holds
+    return answer is not None and answer.reply is not None and answer.held_by(Hold.GRACE_ONSET)
 
 
 class EchoWatch(Protocol):
@@ -38,26 +36,16 @@ class EchoWatch(Protocol):
 
 
 class GraceFloor(Protocol):
-    """What the graceful way out reads of the session, and how it cancels the answer."""
+    """What the graceful way out reads of the session, and the floor it posts to."""
 
     id: str
     settings: Settings
     clock: Callable[[], float]
     emit: Callable[[OutputEvent], None]
+    floor: Floor
 
     @property
     def interruptions(self) -> EchoWatch: ...
-
-    @property
-    def answer(self) -> Answer | None: ...
-
-    @property
-    def reply(self) -> Reply | None: ...
-
-    @property
-    def state(self) -> TurnState: ...
-
-    def cancel_answer(self, report: bool = True, reason: str = TURN_DETECTED) -> asyncio.Task | None: ...
 
 
 class TurnMerge:
@@ -69,7 +57,8 @@ class TurnMerge:
     def begin_turn(self, start: int) -> tuple[int, bool]:
         """Speech from sample ``start``: where its turn really starts, and whether it is over the agent."""
         session = self._session
-        answer = session.answer
+        floor = session.floor
+        answer = floor.answer
         if answer is not None and answer.heard_nothing:
             # The user went on before the agent said anything: one turn, not two.
             if answer.turn_start is not None:
@@ -77,37 +66,35 @@ class TurnMerge:
             if answer.turn_id is not None:
                 session.emit(TurnIgnored(answer.turn_id, merged=True))
             # The client hears of the new turn first, then of the answer it cancelled (Session.announce).
-            session.cancel_answer(report=False)
+            floor.transition(Withdraw(report=False))
         elif self._in_grace() or held_at_onset(answer):
             # The user goes on right after the agent began: they were only pausing.
             # Silent at once; if it is words, the answer is withdrawn (withdraw).
-            assert answer is not None and answer.reply is not None
-            answer.reply.pause(Hold.TURN, "the user went on within the grace")
-            answer.reply.holds.hand_over(Hold.GRACE_ONSET, Hold.TURN)  # this turn took the onset's pause over
+            floor.transition(Pause(answer, Hold.TURN, "the user went on within the grace"))
+            floor.transition(HandOver(answer, Hold.GRACE_ONSET, Hold.TURN))  # this turn took the onset's pause over
             self._grace_taken = answer
-        return start, session.state is TurnState.SPEAKING
+        return start, floor.state in (FloorState.SPEAKING, FloorState.PAUSED)
 
     def speech_begins(self) -> bool:
         """In the grace, the first speech window pauses the answer, before there is speech enough for a turn
         (--vad-min-speech-ms): what the user hears of it, if they go on, is that much shorter. Whether the
         answer is paused at this onset, by this or an earlier window."""
-        answer = self._session.answer
+        floor = self._session.floor
+        answer = floor.answer
         if answer is None or held_at_onset(answer):
             return answer is not None
         if not self._in_grace():
             return False
-        assert answer.reply is not None
-        if answer.reply.paused:
+        if answer.paused:
             return False  # paused for something else, which will resume it
-        answer.reply.pause(Hold.GRACE_ONSET, "speech began within the grace")
+        floor.transition(Pause(answer, Hold.GRACE_ONSET, "speech began within the grace"))
         return True
 
     def speech_faded(self) -> None:
         """The speech that paused the answer made no turn (a click, a breath): the answer goes on."""
-        answer = self._session.answer
-        if held_at_onset(answer):
-            assert answer is not None and answer.reply is not None
-            answer.reply.resume(Hold.GRACE_ONSET, "the speech in the grace made no turn")
+        floor = self._session.floor
+        if held_at_onset(floor.answer):
+            floor.transition(Resume(floor.answer, Hold.GRACE_ONSET, "the speech in the grace made no turn"))
 
     def take_grace(self, answer: Answer) -> bool:
         """Whether the user went on within ``answer``'s grace: true once, for the turn that did, which may
@@ -120,7 +107,7 @@ class TurnMerge:
         session whose own voice does not come back (its echo would withdraw every answer: paused in the grace
         at the echo's first speech window, an answer of the echo rig's fell silent for 420 ms)."""
         session = self._session
-        answer = session.answer
+        answer = session.floor.answer
         return (
             answer is not None
             and answer.reply is not None
@@ -136,7 +123,7 @@ class TurnMerge:
         (scripts/bargein_eval's echo rig). Timed from the speech's start, not from its turn's: the echo test
         may hide the first speech windows. Without an echo, the turn that takes the grace's pause decides."""
         session = self._session
-        answer = session.answer
+        answer = session.floor.answer
         grace_ms = session.settings.reply_grace_ms
         if (
             not grace_ms
@@ -153,7 +140,7 @@ class TurnMerge:
         those still being read): one that began within the grace may withdraw the answer well past it, once
         its words are checked over the echo."""
         session = self._session
-        answer = session.answer
+        answer = session.floor.answer
         if answer is None or not (
             answer.heard_nothing
             or answer.in_grace(session.clock(), session.settings.reply_grace_ms)
@@ -165,14 +152,13 @@ class TurnMerge:
     def withdraw(self, turn: UserTurn, answered_start: int) -> None:
         """The user was not done: the answer goes, and ``turn`` reaches back to ``answered_start``."""
         session = self._session
-        answer, reply = session.answer, session.reply
+        answer, reply = session.floor.answer, session.floor.reply
         if answer is not None and answer.turn_id is not None:
             session.emit(TurnIgnored(answer.turn_id, merged=True))  # its words are this turn's now
-        session.cancel_answer()
+        session.floor.transition(Withdraw())
         overlap_ms = 0.0 if reply is None else reply.heard_s() * 1000.0
         self.overlap_ms_total += overlap_ms
         log.info("session %s: answer withdrawn, the user goes on (%.0f ms of it heard)", session.id, overlap_ms)
-        session.emit(Clear())
         session.emit(
             Metrics(
                 {

@@ -22,17 +22,17 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 
 import numpy as np
 
-from .audio import PIPELINE_RATE
-from .engines.stt_queue import SessionSTT
-from .engines.vad import WINDOW, WINDOW_MS
-from .reply.pipeline import Reply, ReplyTimings
-from .turn_taking.timeline import AudioTimeline
-from .turn_taking.turn import TurnSignals
-from .turn_taking.turn_signals import PauseSignals
+from ..agent.reply_factory import TurnMetrics
+from ..audio import PIPELINE_RATE
+from ..engines.stt_queue import SessionSTT
+from ..engines.vad import WINDOW, WINDOW_MS
+from ..reply.pipeline import Reply
+from .timeline import AudioTimeline
+from .turn import TurnSignals
+from .turn_signals import PauseSignals
 
 SPEECH_TAIL_SAMPLES = PIPELINE_RATE // 10  # Whisper gets 100 ms past the last speech window
 # Fifteen seconds: a question or a sentence or two, which is read whole as it always was, and a part that
@@ -41,51 +41,6 @@ SETTLE_AFTER_S = 15.0
 # A pause between phrases, longer than the gaps between words (a stop consonant's silence is a window or
 # two), so that no word is cut in two; shorter than the pauses that end turns (350 ms and more).
 SETTLE_PAUSE_SAMPLES = 6 * WINDOW  # 192 ms
-
-
-@dataclass
-class TurnMetrics:
-    turn: int
-    speech_end: float = 0.0  # monotonic arrival time of the last speech sample
-    endpoint_ms: float = 0.0
-    stt_final_ms: float = 0.0
-    stt_speculative: bool = False
-    preemptive: bool = False
-    end_silence_ms: float | None = None  # the silence the end-of-turn signals asked for
-    end_of_turn_logprob: float | None = None
-    end_of_turn_llm_ms: float | None = None
-
-    def values(self, timings: ReplyTimings) -> dict[str, float | bool | None]:
-        """What a ``metrics`` event reports once the answer's first audio is out."""
-        assert timings.first_audio_at is not None  # reported on the first audio
-        return {
-            "turn": self.turn,
-            "voice_to_voice_ms": _round((timings.first_audio_at - self.speech_end) * 1000.0),
-            "endpoint_ms": _round(self.endpoint_ms),
-            "stt_final_ms": _round(self.stt_final_ms),
-            "stt_speculative": self.stt_speculative,
-            "preemptive": self.preemptive,
-            "llm_ttft_ms": _round(timings.llm_ttft_ms),
-            "first_chunk_ms": _round(timings.first_chunk_ms),
-            "tts_ttfa_ms": _round(timings.tts_ttfa_ms),
-            "end_silence_ms": _round(self.end_silence_ms),
-            "end_of_turn_logprob": None if self.end_of_turn_logprob is None else round(self.end_of_turn_logprob, 2),
-            "end_of_turn_llm_ms": _round(self.end_of_turn_llm_ms),
-        }
-
-    def record_commit(self, turn: UserTurn, timeline: AudioTimeline, now: float) -> None:
-        """``turn`` is committed at ``now``: when its speech really ended, and what the decision was made on."""
-        self.record_decision(turn)
-        self.speech_end = timeline.arrival_time(timeline.refine_end(turn.last_speech))
-        self.endpoint_ms = (now - self.speech_end) * 1000.0
-
-    def record_decision(self, turn: UserTurn) -> None:
-        """What the end-of-turn decision of ``turn`` was made on, for the ``metrics`` event."""
-        if turn.decision is None:
-            return
-        signals, self.end_silence_ms = turn.decision
-        self.end_of_turn_logprob = signals.end_of_turn_logprob
-        self.end_of_turn_llm_ms = None if turn.signals is None else turn.signals.llm_ms
 
 
 class UserTurn:
@@ -136,6 +91,20 @@ class UserTurn:
         # A long turn's settled parts: their transcriptions, in order, and the sample where the rest begins.
         self._parts: list[asyncio.Task[str]] = []
         self._settled_upto = start
+
+    def record_commit(self, metrics: TurnMetrics, now: float) -> None:
+        """The turn is committed at ``now``: when its speech really ended, and what the decision was made on."""
+        self.record_decision(metrics)
+        metrics.speech_end = self._timeline.arrival_time(self._timeline.refine_end(self.last_speech))
+        metrics.endpoint_ms = (now - metrics.speech_end) * 1000.0
+
+    def record_decision(self, metrics: TurnMetrics) -> None:
+        """What the end-of-turn decision was made on, for the ``metrics`` event."""
+        if self.decision is None:
+            return
+        signals, metrics.end_silence_ms = self.decision
+        metrics.end_of_turn_logprob = signals.end_of_turn_logprob
+        metrics.end_of_turn_llm_ms = None if self.signals is None else self.signals.llm_ms
 
     def audio(self, tail: int = 0) -> np.ndarray:
         """The turn's audio up to the last speech, and ``tail`` samples more."""
@@ -282,7 +251,3 @@ class UserTurn:
         prepared = None if self._prepared is None else self._prepared[1]
         signals = [] if self.signals is None else self.signals.tasks()
         return [t for t in (self._speculative, prepared, self.barge_check, *signals, *self._parts) if t is not None]
-
-
-def _round(value: float | None) -> float | None:
-    return None if value is None else round(value, 1)

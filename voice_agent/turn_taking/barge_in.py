@@ -15,9 +15,9 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from .config import Settings
-from .echo import ECHO_SHARE, is_echo, timed_words, words_of
-from .engines.vad import WINDOW_MS
+from ..config import Settings
+from ..echo import ECHO_SHARE, is_echo, timed_words, words_of
+from ..engines.vad import WINDOW_MS
 
 BARGE_RECHECK_MS = 160  # more overlapping speech since the last check: look again
 # Words that stop no one, heard over the echo, interrupt once their turn ends only if they held this much

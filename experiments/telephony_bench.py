@@ -22,21 +22,17 @@ import ast
 import asyncio
 import re
 import statistics
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
-# The test suite's protocol clients: this experiment runs from a checkout.
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from tests.twilioclient import TwilioClient  # noqa: E402
-from tests.wsclient import NativeClient  # noqa: E402
-from voice_agent.audio import StreamResampler, float_to_int16, mulaw_decode, mulaw_encode, resample  # noqa: E402
-from voice_agent.bench.speech import silence, speech  # noqa: E402
-from voice_agent.replay.local_server import LocalServer  # noqa: E402
-from voice_agent.replay.measure import normalized_words, word_error_rate  # noqa: E402
+from voice_agent.audio import StreamResampler, float_to_int16, mulaw_decode, mulaw_encode, resample
+from voice_agent.bench.speech import silence, speech
+from voice_agent.protocols.events import AgentAudio, Metrics, OutputEvent, Transcript
+from voice_agent.replay.local_server import LocalServer
+from voice_agent.replay.measure import normalized_words, word_error_rate
+from voice_agent.replay.transport import ClientCodec, Connection, NativeClientCodec, TwilioClientCodec, stream
 
 QUESTIONS = [
     "What is the capital of France?",
@@ -68,38 +64,72 @@ def last_speech_frame(audio: np.ndarray, rate: int) -> int:
     return int(loud[-1]) // (rate // 50)
 
 
+class Call:
+    """One session over a replay client codec: what the agent sent, as output events with arrival times."""
+
+    def __init__(self, connection: Connection, rate: int) -> None:
+        self.connection = connection
+        self.rate = rate
+        self.received: list[tuple[float, OutputEvent]] = []
+        self._reader = asyncio.create_task(self._read())
+
+    @classmethod
+    async def open(cls, url: str, codec: ClientCodec, rate: int) -> Call:
+        return cls(await Connection.open(url, codec, rate), rate)
+
+    async def _read(self) -> None:
+        while (item := await self.connection.receive()) is not None:
+            at, message = item
+            self.received += [(at, event) for event in self.connection.codec.receive(message)]
+
+    async def stream(self, audio: np.ndarray) -> None:
+        await stream(self.connection, audio, self.rate)
+
+    async def first(self, kind: type, timeout: float) -> tuple[float, OutputEvent]:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            found = next(((at, event) for at, event in self.received if isinstance(event, kind)), None)
+            if found is not None:
+                return found
+            await asyncio.sleep(0.01)
+        raise TimeoutError(f"no {kind.__name__} within {timeout} s")
+
+    async def close(self) -> None:
+        await self.connection.close()
+        self._reader.cancel()
+
+
 async def run_native(url: str, text: str, rate: int, ulaw: bool) -> dict:
     audio = speech(text, rate)
     if ulaw:
         audio = mulaw_round_trip(audio)
-    client = await NativeClient.connect(url, rate)
+    client = await Call.open(url, NativeClientCodec(), rate)
     sent_at = time.monotonic()
     await client.stream(np.concatenate([audio, silence(0.2, rate)]))
     speech_end = sent_at + last_speech_frame(audio, rate) * 0.02
     line = asyncio.create_task(client.stream(silence(20.0, rate)))
     try:
-        metrics = await client.wait_for(lambda m: m.get("type") == "metrics", 30)
-        while not client.audio_messages():
-            await asyncio.sleep(0.01)
-        first_audio = client.audio_messages()[0].at
-        finals = [m["text"] for m in client.json("transcript") if m["role"] == "user" and m["final"]]
+        _, metrics = await client.first(Metrics, 30)
+        first_audio, _ = await client.first(AgentAudio, 30)
+        finals = [e.text for _, e in client.received if isinstance(e, Transcript) and e.role == "user" and e.final]
         heard = finals[-1] if finals else ""  # an early endpoint shows as a later turn number
     finally:
         line.cancel()
         await client.close()
-    return {"heard": heard, "client_v2v_ms": (first_audio - speech_end) * 1000, **metrics}
+    assert isinstance(metrics, Metrics)
+    return {"heard": heard, "client_v2v_ms": (first_audio - speech_end) * 1000, **metrics.values}
 
 
 async def run_twilio(base_url: str, text: str, log_path: Path) -> dict:
     audio = speech(text, 8000)
     log_start = log_path.stat().st_size
-    client = await TwilioClient.connect(base_url.replace("http://", "ws://") + "/twilio")
+    client = await Call.open(base_url.replace("http://", "ws://") + "/twilio", TwilioClientCodec(), 8000)
     sent_at = time.monotonic()
     await client.stream(np.concatenate([audio, silence(0.2, 8000)]))
     speech_end = sent_at + last_speech_frame(audio, 8000) * 0.02
     line = asyncio.create_task(client.stream(silence(20.0, 8000)))
     try:
-        first = await client.wait_for(lambda m: m.get("event") == "media", 30)
+        first_audio, _ = await client.first(AgentAudio, 30)
         metrics = None
         for _ in range(100):
             with open(log_path) as log:
@@ -112,7 +142,7 @@ async def run_twilio(base_url: str, text: str, log_path: Path) -> dict:
     finally:
         line.cancel()
         await client.close()
-    return {"client_v2v_ms": (first.at - speech_end) * 1000, **(metrics or {})}
+    return {"client_v2v_ms": (first_audio - speech_end) * 1000, **(metrics or {})}
 
 
 def offline(jfk: str | None) -> None:

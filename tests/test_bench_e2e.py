@@ -9,6 +9,7 @@ import sys
 import pytest
 
 from tests.conftest import ROOT
+from voice_agent.bench.harness import TURNS
 
 pytestmark = pytest.mark.e2e
 
@@ -24,8 +25,8 @@ def bench(*arguments: str) -> subprocess.CompletedProcess:
 
 
 def script(path, *turns: tuple[str, str]) -> str:
-    """A turn script at ``path`` of committed turns: (scripts/FOLDER/NAME.flac, the turn's other YAML lines)."""
-    path.write_text("turns:\n" + "".join(f"  - file: {ROOT / 'scripts' / audio}\n{lines}" for audio, lines in turns))
+    """A turn script at ``path`` of the packaged turns: (FOLDER/NAME.flac, the turn's other YAML lines)."""
+    path.write_text("turns:\n" + "".join(f"  - file: {TURNS / audio}\n{lines}" for audio, lines in turns))
     return str(path)
 
 

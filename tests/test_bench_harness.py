@@ -15,7 +15,7 @@ import pytest
 from voice_agent.bench import bargein, command, endpointing, harness, latency, load
 from voice_agent.cli import main as cli_main
 from voice_agent.replay.measure import distribution
-from voice_agent.replay.script import ScriptError
+from voice_agent.replay.script import ScriptError, load_script
 from voice_agent.replay.turn_groups import waits
 
 MACHINE_HEAD = {
@@ -334,3 +334,13 @@ def test_the_knee_is_the_last_level_within_budget_before_the_first_over_it(monke
     assert run == [1, 2, 3]
     args.all_levels = True
     assert load.ramp([1, 2, 3, 4], args, "ws://x/ws", Path("out"), None)["within_budget_sessions"] == 2  # type: ignore[arg-type]
+
+
+def test_the_default_turn_scripts_are_package_data_and_load_with_their_audio(tmp_path, monkeypatch):
+    package = Path(harness.__file__).resolve().parent
+    for folder in ("bench_turns", "bargein_turns", "endpoint_turns"):
+        path = Path(harness.default_script(folder))
+        assert path.is_relative_to(package)
+        assert load_script(str(path), 16000).turns  # every turn's audio read
+    monkeypatch.chdir(tmp_path)
+    assert harness.output_folder(None, "x").is_relative_to(tmp_path)  # under the current directory, not the package

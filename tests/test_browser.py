@@ -32,7 +32,9 @@ pytestmark = pytest.mark.e2e
 # A committed recording, not a fresh synthesis: Piper varies its prosody from run
 # to run, and some renditions of "France" reached Whisper as "friends" through
 # Chromium's audio processing, failing about one run in two.
-QUESTION = ROOT / "scripts" / "bench_turns" / "close_sundays.flac"  # "What time do you close on Sundays?"
+QUESTION = (
+    ROOT / "voice_agent" / "bench" / "turns" / "bench_turns" / "close_sundays.flac"
+)  # "What time do you close on Sundays?"
 # Chromium loops the file: the pause must outlast the answer, or the question
 # comes round again and barges in before the test has looked.
 PAUSE_AFTER_QUESTION_S = 10.0

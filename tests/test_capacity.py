@@ -49,7 +49,7 @@ class Machine:
 
 def unused_engines() -> Any:
     """Refusals happen before a session starts: no model is ever used, and only the STT queue is watched."""
-    return SimpleNamespace(stt_queue=STTQueue(lambda: cast(Any, None)))
+    return SimpleNamespace(stt_queue=STTQueue(lambda: cast(Any, None)), llm=None, tts=None)
 
 
 def model(clock: Clock, **kwargs: Any) -> CapacityModel:

@@ -11,7 +11,7 @@ import dataclasses
 import re
 
 from tests.conftest import ROOT
-from voice_agent.config import ENV_PREFIX, Settings, _parse
+from voice_agent.config.settings import ENV_PREFIX, Settings, _parse
 
 FIELDS = {f.name: f for f in dataclasses.fields(Settings)}
 DOCKERFILE = (ROOT / "Dockerfile").read_text()

@@ -19,7 +19,7 @@ from voice_agent.turn_taking.interruptions import speech_left, speech_only
 pytestmark = pytest.mark.models
 
 RATE = 16000
-TURNS = Path(__file__).resolve().parents[1] / "scripts" / "bargein_turns"
+TURNS = Path(__file__).resolve().parents[1] / "voice_agent" / "bench" / "turns" / "bargein_turns"
 # (noise, the room's path, where in the answer the noise begins, in samples)
 NOISES = [
     ("noise_hiss_long", EchoPath(-24.3, 59.8, 319577159), 39656),  # read "You"

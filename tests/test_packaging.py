@@ -6,6 +6,7 @@ import shutil
 import subprocess
 import sys
 import zipfile
+from pathlib import Path
 
 from tests.conftest import ROOT
 from voice_agent.server.app import WEB_DIR
@@ -18,7 +19,8 @@ def test_the_server_serves_the_page_from_inside_the_package():
     assert sorted(PAGE) == sorted(path.name for path in WEB_DIR.iterdir())
 
 
-def test_the_wheel_holds_the_page(tmp_path):
+def build_wheel(tmp_path: Path) -> Path:
+    """A wheel of this checkout, built offline in ``tmp_path``."""
     # Built from a copy, so that the build leaves no build/ or egg-info in the checkout.
     source = tmp_path / "source"
     source.mkdir()
@@ -33,8 +35,17 @@ def test_the_wheel_holds_the_page(tmp_path):
     )
     assert built.returncode == 0, built.stderr
     (wheel,) = tmp_path.glob("voice_agent-*.whl")
-    names = set(zipfile.ZipFile(wheel).namelist())
+    return wheel
+
+
+def test_the_wheel_holds_the_page_and_the_benchmark_turns(tmp_path):
+    names = set(zipfile.ZipFile(build_wheel(tmp_path)).namelist())
     for page in PAGE:
         assert f"voice_agent/web/{page}" in names
     assert "voice_agent/server/app.py" in names and "voice_agent/bench/harness.py" in names
     assert not any(name.startswith(("tests/", "scripts/", "experiments/")) for name in names)
+    for folder in ("bench_turns", "bargein_turns", "endpoint_turns", "endpoint_turns/words", "endpoint_turns/real"):
+        assert f"voice_agent/bench/turns/{folder}/script.yaml" in names
+    assert "voice_agent/bench/turns/bench_turns/open_tonight.flac" in names
+    assert "voice_agent/bench/turns/endpoint_turns/real/README.md" in names  # the real speech's attribution
+    assert not any(name.endswith("generate.py") for name in names)  # the generators stay in the checkout

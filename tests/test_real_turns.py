@@ -9,7 +9,7 @@ from voice_agent.replay import vad_pauses
 from voice_agent.replay.real_turns import Segment, read_rttm, solo_stretches
 from voice_agent.replay.script import load_script
 
-REAL = Path(__file__).resolve().parent.parent / "scripts" / "endpoint_turns" / "real"
+REAL = Path(__file__).resolve().parent.parent / "voice_agent" / "bench" / "turns" / "endpoint_turns" / "real"
 
 
 def spans(stretches):

@@ -55,7 +55,8 @@ from voice_agent.protocols.events import (
     UserTextAdded,
 )
 from voice_agent.protocols.native import NativeProtocol
-from voice_agent.protocols.realtime import _HANDLERS, RealtimeProtocol
+from voice_agent.protocols.realtime import RealtimeProtocol
+from voice_agent.protocols.realtime_input import _HANDLERS
 from voice_agent.protocols.telephony import MediaStreamsProtocol, TwilioCaller
 from voice_agent.replay.transport import RealtimeClientCodec
 
@@ -437,7 +438,7 @@ def test_a_spoken_turn_and_its_answer_in_the_order_of_the_reference():
     assert send(codec, Metrics({"turn": 1, "voice_to_voice_ms": 400.0})) == []  # not asked for
     codec.metrics = True
     (metrics,) = send(codec, Metrics({"turn": 1, "voice_to_voice_ms": 400.0}))
-    assert metrics["type"] == "voice_agent.server.metrics" and metrics["voice_to_voice_ms"] == 400.0
+    assert metrics["type"] == "voice_agent.metrics" and metrics["voice_to_voice_ms"] == 400.0
     ended = send(codec, ResponseEnded(1, "completed"))
     assert [m["type"] for m in ended] == [
         "response.output_audio.done",

@@ -86,7 +86,7 @@ async def test_a_spoken_question_streamed_at_24_khz_gets_a_spoken_answer(server)
     deltas = [(at, e) for at, e in client.received if e.type == "response.output_audio.delta"]
     # Paced at real time, not all at once: the answer's audio arrives over about its own length.
     assert deltas[-1][0] - deltas[0][0] > 0.6 * len(audio) / 24000 - 0.3
-    (metrics,) = client.events("voice_agent.server.metrics")
+    (metrics,) = client.events("voice_agent.metrics")
     assert 0 < metrics.voice_to_voice_ms < 5000
     assert deltas[0][0] - spoken_at < 5
     await client.close()

@@ -12,7 +12,7 @@ import pytest
 pytestmark = pytest.mark.e2e
 
 ROOT = Path(__file__).resolve().parents[1]
-TURNS = ROOT / "scripts" / "bench_turns"
+TURNS = ROOT / "voice_agent" / "bench" / "turns" / "bench_turns"
 
 REPORT_KEYS = {
     "schema",

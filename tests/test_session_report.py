@@ -15,17 +15,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from voice_agent.agent import session_report
-from voice_agent.agent.session_report import (
-    HOLD_S,
-    Retention,
-    SessionRecorder,
-    SessionReport,
-    deliver,
-    enforce_retention,
-    post_report,
-    write_report,
-)
+from voice_agent.agent import report_delivery, session_recording, session_report
+from voice_agent.agent.report_delivery import Retention, deliver, enforce_retention, post_report, write_report
+from voice_agent.agent.session_report import HOLD_S, SessionRecorder, SessionReport
 from voice_agent.agent.tool_loop import ToolRecord
 from voice_agent.protocols.events import (
     AgentAudio,
@@ -58,7 +50,7 @@ def read_wav(path: Path) -> tuple[int, np.ndarray]:
 
 def settled() -> None:
     """Wait until the disk thread has done what it was given."""
-    session_report._disk.submit(lambda: None).result(10)
+    session_recording.DISK.submit(lambda: None).result(10)
 
 
 def said(recorder: SessionRecorder, text: str = "Hello.") -> None:
@@ -340,24 +332,24 @@ async def test_posts_share_one_client_and_a_full_queue_drops_and_counts(monkeypa
     http = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     http.daemon_threads = True
     threading.Thread(target=http.serve_forever, daemon=True).start()
-    monkeypatch.setattr(session_report, "POST_QUEUE", 3)
+    monkeypatch.setattr(report_delivery, "POST_QUEUE", 3)
     metrics = ServerMetrics()
-    dropped_before = session_report.reports_dropped()
+    dropped_before = report_delivery.reports_dropped()
     try:
         url = f"http://127.0.0.1:{http.server_address[1]}/reports"
-        for i in range(session_report.POSTERS + 3 + 2):
+        for i in range(report_delivery.POSTERS + 3 + 2):
             recorder = SessionRecorder(f"p{i}", "ws")
             said(recorder)
             deliver(recorder.finish(), url=url)
             await asyncio.sleep(0.1)  # the workers take theirs
-        assert session_report.reports_dropped() - dropped_before == 2
-        assert f"voice_agent_session_reports_dropped_total {float(session_report.reports_dropped())}" in (
+        assert report_delivery.reports_dropped() - dropped_before == 2
+        assert f"voice_agent_session_reports_dropped_total {float(report_delivery.reports_dropped())}" in (
             metrics.render().decode()
         )
-        clients = {id(session_report._posting().client)}
+        clients = {id(report_delivery._posting().client)}
         release.set()
-        await session_report.wait_for_deliveries(10)
-        assert len(received) == session_report.POSTERS + 3 and len(clients) == 1
+        await report_delivery.wait_for_deliveries(10)
+        assert len(received) == report_delivery.POSTERS + 3 and len(clients) == 1
     finally:
         release.set()
         http.shutdown()

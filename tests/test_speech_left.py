@@ -19,7 +19,7 @@ pytestmark = pytest.mark.models
 RATE = 16000
 # Committed renditions of the embedded Piper voice: Piper samples its prosody noise, and a new rendition at every
 # run left more residue now and then (13 % of stretches once, against 0 to 6 % in eight others).
-TURNS = Path(__file__).resolve().parents[1] / "scripts" / "bargein_turns"
+TURNS = Path(__file__).resolve().parents[1] / "voice_agent" / "bench" / "turns" / "bargein_turns"
 STRETCH = 15  # VAD windows: the 480 ms of input a barge-in check looks at
 
 

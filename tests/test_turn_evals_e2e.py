@@ -20,7 +20,7 @@ from voice_agent.replay.echo import DELAY_MS, GAIN_DB
 pytestmark = pytest.mark.e2e
 
 ROOT = Path(__file__).resolve().parents[1]
-BARGEIN_TURNS = ROOT / "scripts" / "bargein_turns"
+BARGEIN_TURNS = ROOT / "voice_agent" / "bench" / "turns" / "bargein_turns"
 
 
 def bench(*args: str, timeout: float = 480) -> subprocess.CompletedProcess:

@@ -8,7 +8,7 @@ import pytest
 from voice_agent.replay.measure import AudioIn, MessageIn
 from voice_agent.replay.turn_groups import GROUPS, load_groups, overlap_ms, summarise_groups, voiced_playback
 
-TURNS = Path(__file__).resolve().parent.parent / "scripts" / "endpoint_turns"
+TURNS = Path(__file__).resolve().parent.parent / "voice_agent" / "bench" / "turns" / "endpoint_turns"
 
 
 def frames(at: float, count: int, peak: float = 0.3) -> list[AudioIn]:

@@ -10,7 +10,7 @@ from voice_agent.replay.script import load_script
 from voice_agent.replay.word_cuts import Word, best_cut, boundary_time, insert_pauses, spelled
 
 RATE = 16000
-WORDS = Path(__file__).resolve().parent.parent / "scripts" / "endpoint_turns" / "words"
+WORDS = Path(__file__).resolve().parent.parent / "voice_agent" / "bench" / "turns" / "endpoint_turns" / "words"
 
 
 def test_spelled_writes_number_words_as_whisper_writes_digits():

@@ -27,7 +27,7 @@ import soundfile as sf
 from voice_agent.audio import PIPELINE_RATE
 from voice_agent.engines.stt import MAX_TOKENS_PER_S, SAMPLE_RATE, WhisperSTT
 
-TURNS = Path(__file__).resolve().parents[2] / "scripts" / "bench_turns"
+TURNS = Path(__file__).resolve().parents[2] / "voice_agent" / "bench" / "turns" / "bench_turns"
 FILES = ["open_tonight.flac", "close_sundays.flac", "bring_my_dog.flac", "vegetarian.flac"]
 
 

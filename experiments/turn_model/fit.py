@@ -51,7 +51,7 @@ from voice_agent.turn_taking.turn_model import FEATURES, MODEL_PATH, TurnModel, 
 
 RATE = 16000
 ROOT = Path(__file__).resolve().parents[2]
-TURNS = ROOT / "scripts" / "endpoint_turns"
+TURNS = ROOT / "voice_agent" / "bench" / "turns" / "endpoint_turns"
 MOMENTS_MS = (100, 200, 300, 500, 800, 1200)
 MIN_PAUSE_WINDOWS = 3  # 96 ms
 TAIL = RATE // 10  # the listener's Whisper tail past the last speech window

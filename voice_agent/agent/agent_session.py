@@ -29,7 +29,8 @@ from ..protocols.events import CallEnded, CallTransferred, Error, OutputEvent
 from .agent import Agent, CallAction, CallContext, Hook, call_hook
 from .call_control import TwilioCalls
 from .client_tools import ToolOffer
-from .session_report import Retention, SessionRecorder, SessionReport, deliver
+from .report_delivery import Retention, deliver
+from .session_report import SessionRecorder, SessionReport
 from .tool_loop import ToolLedger, ToolLoop
 from .tools import as_tool
 

@@ -1,7 +1,7 @@
 """Barge-in eval: interruptions, acknowledgements and noise bursts over the agent's answers, through a local server.
 
 Starts `voice-agent serve` with the embedded default models on a free loopback
-port, and replays scripts/bargein_turns through it, one session at real-time
+port, and replays voice_agent/bench/turns/bargein_turns through it, one session at real-time
 pace: each question is followed, 800 ms into the agent's answer, by a probe:
 an interruption (the agent must stop), an acknowledgement ("yeah", "mm-hmm")
 or a non-speech noise burst (door slam, clicks, cough, knocks, hiss, laugh),

@@ -7,7 +7,7 @@ the turn during a mid-turn pause) and the delay after the true end of each turn
 (client voice-to-voice, the server's endpoint_ms, the final transcript).
 
 The turns come in groups (``replay/turn_groups.py``), each reported apart:
-``synthetic`` (scripts/endpoint_turns: parts synthesized apart, mid-turn pauses
+``synthetic`` (voice_agent/bench/turns/endpoint_turns: parts synthesized apart, mid-turn pauses
 of 0.3 to 1.5 s, and whole short answers), ``words`` (the same pauses cut in
 at a word boundary of a whole utterance), ``real`` (AMI meeting speech and
 JFK) and ``phone`` (the AMI turns through 8 kHz μ-law, as a phone call). Pauses are those the pipeline's Silero VAD hears (``replay/vad_pauses.py``);

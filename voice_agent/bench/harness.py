@@ -26,6 +26,7 @@ import time
 import urllib.request
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from importlib import resources
 from pathlib import Path
 
 from ..protocols.telephony import SAMPLE_RATE as TELEPHONY_RATE
@@ -36,9 +37,12 @@ from ..replay.report import machine as replay_machine
 from ..replay.runner import Options, RunTrace, analyse, run_level
 from ..replay.script import Script
 
-# The repository: the turn scripts live in scripts/*_turns, reports go to artifacts/ (git-ignored).
-ROOT = Path(__file__).resolve().parents[2]
-TURNS = ROOT / "scripts"
+# The turn scripts and their audio are package data (turns/*_turns), so an installed wheel has them; pip
+# installs a package unpacked, so they are files a path can name.
+TURNS = Path(str(resources.files(__package__).joinpath("turns")))
+# The folder this voice_agent is imported from (a checkout, or site-packages): the server and the replay
+# processes import this same copy, not another one installed in the environment.
+IMPORT_ROOT = Path(__file__).resolve().parents[2]
 
 EXIT_OK = 0
 EXIT_THRESHOLD = 1
@@ -59,14 +63,14 @@ TRANSPORTS = {
 
 
 def default_script(folder: str) -> str:
-    """The turn script in scripts/FOLDER, e.g. ``bench_turns``."""
+    """The packaged turn script in FOLDER, e.g. ``bench_turns``."""
     return str(TURNS / folder / "script.yaml")
 
 
 def add_common_arguments(parser: argparse.ArgumentParser, kind: str, turns: str, repeats_help: str) -> None:
     """--script, -n/--repeats and --out, the same in every benchmark."""
     parser.add_argument(
-        "--script", default=default_script(turns), help=f"turn script [default scripts/{turns}/script.yaml]"
+        "--script", default=default_script(turns), help=f"turn script [default the packaged {turns}/script.yaml]"
     )
     parser.add_argument("-n", "--repeats", type=int, default=1, help=f"{repeats_help} [default %(default)s]")
     parser.add_argument("--out", help=f"output folder [default artifacts/{kind}/<date-time>]")
@@ -98,10 +102,16 @@ def transport_rate(transport: str) -> int:
 
 
 def output_folder(out: str | None, kind: str) -> Path:
-    """``out``, or artifacts/KIND/<date-time> in the repository; created."""
-    folder = Path(out) if out else ROOT / "artifacts" / kind / datetime.datetime.now().strftime("%Y-%m-%d-%H%M%S")
+    """``out``, or artifacts/KIND/<date-time> in the current directory; created, as an absolute path."""
+    folder = Path(out) if out else Path("artifacts", kind, datetime.datetime.now().strftime("%Y-%m-%d-%H%M%S"))
     folder.mkdir(parents=True, exist_ok=True)
-    return folder
+    return folder.resolve()
+
+
+def same_package_env() -> dict[str, str]:
+    """The environment for a ``python -m voice_agent`` child that imports this copy of the package."""
+    path = os.environ.get("PYTHONPATH")
+    return {"PYTHONPATH": os.pathsep.join([str(IMPORT_ROOT), path] if path else [str(IMPORT_ROOT)])}
 
 
 @contextlib.contextmanager
@@ -112,7 +122,7 @@ def local_server(serve_args: Sequence[str], log_path: Path) -> Iterator[tuple[su
     """
     with open(log_path, "w") as log:
         try:
-            server = LocalServer(list(serve_args), log, cwd=ROOT, ready_timeout=READY_TIMEOUT_S)
+            server = LocalServer(list(serve_args), log, env=same_package_env(), ready_timeout=READY_TIMEOUT_S)
         except ServerNotReady as exc:
             raise SystemExit(f"{exc}; see {log_path}") from None
         print(f"started the server: {shlex.join(server.command)}", file=sys.stderr)
@@ -186,7 +196,7 @@ def replay_level(level: int, *, script: str, repeats: int, url: str, out: Path, 
     sampler.start()
     started = time.monotonic()
     try:
-        status = subprocess.run(command, cwd=ROOT, timeout=LEVEL_TIMEOUT_S).returncode
+        status = subprocess.run(command, env={**os.environ, **same_package_env()}, timeout=LEVEL_TIMEOUT_S).returncode
     except subprocess.TimeoutExpired:
         status = 124
     finally:

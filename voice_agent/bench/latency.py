@@ -1,7 +1,7 @@
 """Latency benchmark: a local server with the default models, replayed at several concurrency levels.
 
 Starts `voice-agent serve` with the embedded default models on a free loopback
-port, replays the fixed benchmark conversation (scripts/bench_turns) at each
+port, replays the fixed benchmark conversation (voice_agent/bench/turns/bench_turns) at each
 concurrency level with `voice-agent replay`, samples the server's resident
 memory and event-loop lag while it runs, and writes everything to one folder:
 bench.json, bench.md (the figures as a Markdown table), server.log, and per level the

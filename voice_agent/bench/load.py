@@ -3,7 +3,7 @@
 One `voice-agent serve` with the embedded defaults on a free loopback port,
 then three phases against it, each bounded in time and count:
 
-1. ramp: the benchmark conversation (scripts/bench_turns) replayed at
+1. ramp: the benchmark conversation (voice_agent/bench/turns/bench_turns) replayed at
    increasing concurrency, until the median client voice-to-voice passes the
    latency budget (``--budget-ms``, the server's ``--latency-budget-ms``) or
    the levels run out; the last level within it is the number of sessions

@@ -14,7 +14,7 @@ calls, and a bystander's question waited 17 s behind them. So:
   at ``rate`` per second up to ``burst_s`` and charged each call's duration as
   it runs. Past it (an empty bucket), its partials are dropped and its other work waits
   until the bucket refills, so a session's sustained share of the workers is
-  at most ``rate``. The defaults and why: ``config.py``, ``--stt-budget``.
+  at most ``rate``. The defaults and why: ``config/stt.py``, ``--stt-budget``.
 - **Fair order.** Among the jobs that may start, finals (final transcripts,
   commits, barge-in checks) come before partials; then a session with no call
   running before one that has one; then the session with the most budget left

@@ -19,7 +19,7 @@ a stretch in which one speaker talks alone:
 Run as a module to write the turns as a replay script (16 kHz FLAC, each file
 carrying the source's attribution, and ``script.yaml``)::
 
-    python -m voice_agent.replay.real_turns ../shared/audio/real scripts/endpoint_turns/real \\
+    python -m voice_agent.replay.real_turns ../shared/audio/real voice_agent/bench/turns/endpoint_turns/real \\
         --extra ../shared/audio/jfk.flac
 
 ``--extra`` adds whole recordings of one speaker as turns of their own (JFK's

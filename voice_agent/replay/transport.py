@@ -184,7 +184,7 @@ class RealtimeClientCodec:
                 return [Transcript("user", data["transcript"], True)]
             if kind == "response.done" and data["response"]["status"] == "cancelled":
                 return [Clear()]
-            if kind == "voice_agent.server.metrics":
+            if kind == "voice_agent.metrics":
                 return [Metrics({k: v for k, v in data.items() if k not in ("type", "event_id")})]
             if kind == "error":
                 return [Error(str(data["error"].get("code")), str(data["error"].get("message")))]

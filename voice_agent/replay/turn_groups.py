@@ -1,6 +1,6 @@
 """The endpointing eval's groups of turns, and the figures it reports for each.
 
-Three groups, each a committed turn script under ``scripts/endpoint_turns/``:
+Three groups, each a committed turn script under ``voice_agent/bench/turns/endpoint_turns/``:
 
 - ``synthetic``: each part of a paused turn synthesized on its own, so the
   words before a pause end in Piper's sentence-final fall (``generate.py``);

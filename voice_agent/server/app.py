@@ -186,7 +186,7 @@ def create_app(
         if loader is not None:
             loader.cancel()
         if runtime.agent is not None:
-            from ..agent.session_report import wait_for_deliveries
+            from ..agent.report_delivery import wait_for_deliveries
 
             await wait_for_deliveries(5.0)
         if runtime.engines is not None and engines is None:

@@ -236,7 +236,7 @@ class _ReportsDropped(Collector):
     """Session reports the process's post queue was too full to take (one queue per process)."""
 
     def collect(self) -> Iterable[Metric]:
-        reports = sys.modules.get("voice_agent.agent.session_report")  # loaded only where an agent makes reports
+        reports = sys.modules.get("voice_agent.agent.report_delivery")  # loaded only where an agent makes reports
         yield CounterMetricFamily(
             "voice_agent_session_reports_dropped",
             "Session reports not posted because the delivery queue was full.",

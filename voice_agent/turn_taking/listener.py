@@ -43,7 +43,7 @@ IDLE_KEEP_SAMPLES = max(PREROLL_SAMPLES, ECHO_INPUT_SAMPLES, int(ECHO_FIT_S * PI
 VAD_HYSTERESIS = 0.15
 # Silero scores the first window of resumed speech 0.07 to 0.66 (a 32 ms window
 # that is partly silence) and the silence of a pause under 0.05
-# (scripts/endpoint_turns): a turn is not committed on a window above this, in
+# (voice_agent/bench/turns/endpoint_turns): a turn is not committed on a window above this, in
 # case the user is going on. Steady noise scores above it too, so at most
 # RESUMING_WINDOWS a pause hold the commit back (96 ms).
 RESUMING_PROBABILITY = 0.1

@@ -1,6 +1,6 @@
 """Regenerate the benchmark turns with the embedded Piper voice.
 
-Run from the repository root: .venv/bin/python scripts/bench_turns/generate.py
+Run from the repository root: .venv/bin/python voice_agent/bench/turns/bench_turns/generate.py
 Piper samples its prosody noise, so each run gives slightly different audio:
 the FLAC files are committed so that every benchmark replays the same turns.
 A number in a turn is a pause in seconds, inside the turn: the endpointing
@@ -18,7 +18,7 @@ from voice_agent.bench.speech import turn
 RATE = 16000
 HERE = Path(__file__).resolve().parent
 
-TURNS = {
+TURNS: dict[str, list[str | float]] = {
     "open_tonight": ["Hello, are you open tonight?"],
     "table_for_four": ["I'd like a table for", 1.0, "four people."],
     "close_sundays": ["What time do you close on Sundays?"],

@@ -1,6 +1,6 @@
 """Regenerate the endpointing eval turns with the embedded Piper voice.
 
-Run from the repository root: .venv/bin/python scripts/endpoint_turns/generate.py
+Run from the repository root: .venv/bin/python voice_agent/bench/turns/endpoint_turns/generate.py
 Writes one FLAC per turn (16 kHz mono) and script.yaml. A number in a turn is
 a pause in seconds inside it, where the user is still talking: the agent must
 not answer there. Piper samples its prosody noise, so each run gives slightly
@@ -25,7 +25,7 @@ HERE = Path(__file__).resolve().parent
 # - pause-unfinished: an unfinished thought with no such word ("I'd like two tickets");
 # - pause-after-sentence: a whole sentence, then more ("Let me see. ... I think the blue one.");
 # - whole: a complete short answer or question, no pause.
-TURNS = [
+TURNS: list[tuple[str, str, list[str | float]]] = [
     ("go_to_boston", "pause-after-cue", ["I want to go to", 0.9, "Boston."]),
     ("phone_number", "pause-after-cue", ["My number is five five five", 1.2, "zero one nine two."]),
     ("the_um_pasta", "pause-after-cue", ["I'd like the", 0.7, "um", 0.8, "the pasta."]),
@@ -69,7 +69,7 @@ def main() -> None:
         print(name)
     paused = sum(1 for _, tag, _ in TURNS if tag != "whole")
     header = (
-        "# The endpointing eval (voice-agent bench endpointing). Audio and this file: scripts/endpoint_turns/generate.py.\n"
+        "# The endpointing eval (voice-agent bench endpointing). Audio and this file: voice_agent/bench/turns/endpoint_turns/generate.py.\n"
         f"# {paused} turns pause mid-turn (0.3 to 1.5 s) and must not be answered during the pause;\n"
         f"# {len(TURNS) - paused} are whole short answers and questions that should be answered at once.\n"
         "turns:\n"

@@ -2,7 +2,7 @@
 acknowledgements in the embedded Piper voice, and non-speech noise bursts
 made with numpy.
 
-Run from the repository root: .venv/bin/python scripts/bargein_turns/generate.py
+Run from the repository root: .venv/bin/python voice_agent/bench/turns/bargein_turns/generate.py
 Writes one FLAC per sound (16 kHz mono) and script.yaml: each probe is played
 over the agent's answer to the question before it, 800 ms after that answer's
 first audio arrived (start rule barge-in:800). The FLAC files are committed so
@@ -157,7 +157,7 @@ def main() -> None:
         expect = f"    expect: {sounds[probe][1]!r}\n" if sounds[probe][1] else ""
         entries.append(f"  - file: {probe}.flac\n    start: {PROBE_START}\n{expect}    tags: [{tag}]\n")
     header = (
-        "# The barge-in eval (voice-agent bench bargein). Audio and this file: scripts/bargein_turns/generate.py.\n"
+        "# The barge-in eval (voice-agent bench bargein). Audio and this file: voice_agent/bench/turns/bargein_turns/generate.py.\n"
         "# Each question is followed by a probe played over the agent's answer: an interruption (must\n"
         "# stop the agent), an acknowledgement or a non-speech noise (must not).\n"
         "turns:\n"

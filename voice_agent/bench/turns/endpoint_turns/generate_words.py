@@ -1,6 +1,6 @@
-"""Regenerate the word-boundary synthetic turns (scripts/endpoint_turns/words/).
+"""Regenerate the word-boundary synthetic turns (voice_agent/bench/turns/endpoint_turns/words/).
 
-Run from the repository root: .venv/bin/python scripts/endpoint_turns/generate_words.py
+Run from the repository root: .venv/bin/python voice_agent/bench/turns/endpoint_turns/generate_words.py
 The same paused turns as generate.py, but each utterance is synthesized once,
 whole, with the embedded Piper voice, and each pause is cut in at a word
 boundary found with faster-whisper's word timestamps (the pipeline's own
@@ -81,7 +81,7 @@ def main() -> None:
         )
     header = (
         "# Word-boundary synthetic turns (scripts/endpoint_eval --group words).\n"
-        "# Audio and this file: scripts/endpoint_turns/generate_words.py. Each utterance is synthesized whole;\n"
+        "# Audio and this file: voice_agent/bench/turns/endpoint_turns/generate_words.py. Each utterance is synthesized whole;\n"
         "# its pauses (0.3 to 1.5 s) are cut in between two words, where the user is still talking.\n"
         "# After each turn: what the pipeline's Whisper hears in each piece between the pauses.\n"
         + "".join(f"# Left out, no clean cut in {ATTEMPTS} renditions: {line}\n" for line in left_out)

@@ -1,6 +1,13 @@
 import pytest
 
-from voice_agent.turn_taking.turn import Completeness, TurnDetector, TurnSignals, classify, fused_completeness
+from voice_agent.turn_taking.turn import (
+    Completeness,
+    TurnDetector,
+    TurnSignals,
+    classify,
+    fused_completeness,
+    told_in_full,
+)
 
 
 @pytest.mark.parametrize(
@@ -128,8 +135,10 @@ def test_the_confident_silence_is_never_longer_than_the_complete_one():
 
 def test_a_finished_telling_waits_longer_than_a_question_a_request_or_a_goodbye():
     detector = TurnDetector(complete_ms=350, default_ms=600, incomplete_ms=2000, confident_ms=200, telling_ms=1800)
-    assert detector.required_silence_ms(signals("Okay, well I think we're ready to begin.", logprob=-0.4)) == 1800
+    # The meeting's opening before a 2 s thinking pause: the LLM reads it as -3.7.
+    assert detector.required_silence_ms(signals("Okay, well I think we're ready to begin.", logprob=-3.7)) == 1800
     assert detector.required_silence_ms(signals("That sounds good.", logprob=-3.1)) == 1800  # doubt never shortens
+    assert detector.required_silence_ms(signals("That sounds good.")) == 1800  # no LLM reading: no verdict
     assert detector.required_silence_ms(signals("I'd like a table for four people.", logprob=-2.0)) == 350
     assert detector.required_silence_ms(signals("Thank you. Goodbye.", logprob=-1.5)) == 350
     assert detector.required_silence_ms(signals("Are you open tonight?")) == 350  # a question, the rules alone
@@ -162,7 +171,9 @@ def test_a_telling_waits_unless_it_ends_in_a_time_of_day(text, silence):
 def test_a_user_who_paused_longer_than_the_telling_silence_gets_more():
     detector = TurnDetector(complete_ms=350, default_ms=600, incomplete_ms=2000, confident_ms=200, telling_ms=2000)
     detector.habit.went_on_after(1920)
-    assert detector.required_silence_ms(signals("And it's great joy.", logprob=-0.7)) == 2220
+    assert detector.required_silence_ms(signals("And it's great joy.", logprob=-2.9)) == 2220
+    # A statement complete by every signal is not held for the habit: it hands the turn over.
+    assert detector.required_silence_ms(signals("I don't think so, and that's it.", logprob=-0.7)) == 350
     # Their questions are not tellings, but a finished sentence has not ended their turn before: no quick commit.
     assert detector.required_silence_ms(signals("Are you open?", logprob=-0.1)) == 600
 
@@ -182,6 +193,71 @@ def test_a_question_waits_the_no_hint_silence_for_a_user_who_thinks_within_turns
         detector.habit.went_on_after(pause_ms, into_answer=into_answer)
     assert detector.required_silence_ms(signals("Are you open?", logprob=-0.1)) == silence
     assert detector.required_silence_ms(signals("Yes.", answer=Completeness.COMPLETE)) == 200  # answers the agent
+
+
+@pytest.mark.parametrize(
+    "text, logprob, told",
+    [
+        # Finished: Whisper's full stop, nothing left open, an LLM that calls it over.
+        ("I don't think so, and that's it.", -0.8, True),
+        ("My voice is my passport. Verify me.", -1.1, True),
+        ("Sure, that works.", -1.9, True),
+        ("It's not mine.", -2.0, True),
+        ("I'm done!", -0.5, True),
+        # Left open by the words.
+        ("Okay, um, we, um, you know.", -0.5, False),  # a filler phrase
+        ("Okay, um, we, um, you know...", -0.5, False),
+        ("I'd like to go, um.", -0.5, False),  # a filler
+        ("I want the fish and.", -0.5, False),  # a conjunction
+        ("This one was a.", -0.5, False),  # an article
+        ("This one was a 2018.", -0.5, False),  # a number
+        ("This one was.", -0.5, False),  # an auxiliary
+        ("Give me just one second here and I'm.", -0.5, False),  # a subject and its auxiliary
+        ("So then we.", -0.5, False),  # a subject pronoun
+        ("And then they.", -0.5, False),
+        ("We arrive on.", -0.5, False),  # a preposition before Whisper's full stop
+        ("I was going to the sto-", -0.5, False),  # a word cut off
+        ("That sounds good", -0.5, False),  # no final punctuation
+        ("Let me see.", -0.5, False),  # asks for time
+        # Left open by the LLM.
+        ("That sounds good.", -2.1, False),
+        ("And so my fellow Americans.", -3.0, False),
+        ("That sounds good.", None, False),  # no reading: no verdict
+        (None, -0.5, False),  # the words are not in yet
+    ],
+)
+def test_a_statement_is_told_in_full_only_when_every_signal_closes_it(text, logprob, told):
+    assert told_in_full(TurnSignals(text, end_of_turn_logprob=logprob)) is told
+
+
+@pytest.mark.parametrize(
+    "text, logprob, silence",
+    [
+        ("I don't think so, and that's it.", -0.8, 350),  # told in full: the complete silence, as a question
+        ("Sure, that works.", -1.9, 350),
+        ("Sure, that works.", -3.0, 2000),  # the LLM expects more: the telling silence
+        ("This one was a.", -0.5, 2000),  # inside a clause: the unfinished silence
+        ("Give me just one second here and I'm.", -0.5, 2000),
+        ("Okay, um, we, um, you know.", -0.5, 2000),
+    ],
+)
+def test_a_statement_told_in_full_hands_the_turn_over_and_an_open_one_waits(text, logprob, silence):
+    detector = TurnDetector(complete_ms=350, default_ms=600, incomplete_ms=2000, confident_ms=200, telling_ms=2000)
+    detector.habit.went_on_after(2500)  # a user who thought long before: their open sentences wait longer still
+    held = detector.required_silence_ms(signals(text, logprob=logprob))
+    assert held == silence if silence < 2000 else held >= silence
+
+
+def test_a_told_statement_waits_its_own_silence_which_the_habit_does_not_lengthen():
+    detector = TurnDetector(
+        complete_ms=350, default_ms=600, incomplete_ms=2000, confident_ms=200, telling_ms=2000, told_ms=900
+    )
+    detector.habit.went_on_after(2500)
+    assert detector.required_silence_ms(signals("It's not mine.", logprob=-1.0)) == 900
+    assert detector.required_silence_ms(signals("It's not mine.", logprob=-3.0)) == 2800  # left open: the habit
+    # Never longer than a telling left open, never shorter than a complete sentence.
+    assert TurnDetector(complete_ms=350, telling_ms=1000, told_ms=5000).told_ms == 1000
+    assert TurnDetector(complete_ms=350, telling_ms=1000, told_ms=100).told_ms == 350
 
 
 def test_words_whose_signals_are_still_out_wait_like_words_not_in_yet():

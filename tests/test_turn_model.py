@@ -69,8 +69,11 @@ def test_no_words_yet_waits_the_longest_and_a_higher_cut_in_cost_waits_longer():
 def test_a_user_who_thinks_long_after_tellings_gets_that_long():
     habit = PauseHabit()
     habit.went_on_after(1200)
-    signals = TurnSignals("We went there last year.", end_of_turn_logprob=-2.0)
+    signals = TurnSignals("We went there last year.", end_of_turn_logprob=-2.6)
     assert detector(habit=habit).required_silence_ms(signals) >= 1500
+    # One that every signal calls finished hands the turn over whatever the habit.
+    told = TurnSignals("We went there last year.", end_of_turn_logprob=-1.0)
+    assert detector(habit=habit).required_silence_ms(told) < 1500
 
 
 def test_a_model_file_with_other_features_is_refused(tmp_path):

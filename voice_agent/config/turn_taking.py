@@ -62,11 +62,24 @@ class TurnSettings:
     # Real speakers go on after a finished telling: in the real group of the
     # endpointing eval every long thinking pause (up to 2.1 s) followed one, and
     # none followed a request (docs/turn-taking.md, "Why these defaults"). Questions,
-    # requests, goodbyes and answers to the agent's questions are not tellings.
+    # requests, goodbyes and answers to the agent's questions are not tellings, and
+    # a telling that every signal closes waits end_silence_told_ms (turn.told_in_full).
     end_silence_telling_ms: int = option(
         2000,
         "Silence that ends a turn after a complete sentence that tells (not a question, a request, "
-        "a goodbye or an answer to what the agent asked): a speaker may go on after it.",
+        "a goodbye or an answer to what the agent asked) and that some signal leaves open: a speaker "
+        "may go on after it.",
+        "turn",
+    )
+    # The meeting turns of the endpointing eval pause up to 1.9 s after tellings that
+    # every signal closes ("Okay, well I think we're ready to begin.", the LLM at
+    # -1.4): shorter, and the real group's cut-ins rise (docs/results/endpointing.md).
+    # On a phone call such a statement usually ends the turn: 350 answers it at once.
+    end_silence_told_ms: int = option(
+        2000,
+        "Silence that ends a turn after a telling told in full: Whisper's full stop, a last word that leaves "
+        "nothing open, and an LLM that calls it finished; never longer than --end-silence-telling-ms, and "
+        "the user's pause habit does not lengthen it.",
         "turn",
     )
     end_of_turn_llm: int = option(

@@ -381,4 +381,5 @@ def turn_detector(settings: Settings, habit: PauseHabit | None = None) -> TurnDe
         habit,
         settings.cut_in_cost if settings.turn_decision == "learned" else None,
         default_model() if settings.turn_decision == "learned" else None,
+        settings.end_silence_told_ms,
     )

@@ -4,10 +4,11 @@ The transcript rules (``classify``) read a pause after a complete sentence as
 likely the end, and one after "and", "the", "um" or a number as the user
 thinking; the LLM's end-of-utterance probability, the dialogue state (what
 the agent asked for) and an audio end-of-turn model move a turn between those
-levels (``fused_completeness``). ``TurnDetector`` turns them into a silence:
-by default the fitted model's (``turn_model.py``), the silence at which the
-chance that the user is done outweighs the cost of a cut-in; with
-``--turn-decision rules``, a silence per level.
+levels (``fused_completeness``); a statement closed by every signal is told in
+full (``told_in_full``) and hands the turn over. ``TurnDetector`` turns them
+into a silence: by default (``--turn-decision rules``) a silence per level;
+with ``learned``, the fitted model's (``turn_model.py``), the silence at which
+the chance that the user is done outweighs the cost of a cut-in.
 docs/turn-taking.md ("The decision") has the measurements behind the numbers.
 """
 
@@ -150,6 +151,11 @@ LLM_FINISHED = -1.2
 # "?" already says the user waits for an answer. The real group's sentences
 # before a thinking pause score -2.1 to -21, and are tellings.
 LLM_FINISHED_QUESTION = -2.0
+# A telling the LLM scores at or above this, complete by every other signal too,
+# is told in full and hands the turn over (``told_in_full``): chosen by the sweep
+# in experiments/turn_model/told_sweep.py on the synthetic groups, checked on
+# the real meeting turns (docs/turn-taking.md, "Why these defaults").
+LLM_TOLD = -2.0
 # Smart Turn's probability that the speaker is done, from the sound of the last
 # words: below this, a complete-looking sentence was said with a rising or level
 # voice.
@@ -189,6 +195,32 @@ def fused_completeness(signals: TurnSignals) -> Completeness:
     if audio is not None and level is Completeness.COMPLETE and audio < AUDIO_FINISHED:
         level = Completeness.UNKNOWN
     return level
+
+
+# Endings that leave a telling open even after Whisper's full stop: a filler phrase,
+# and the subject pronouns MAYBE_CONTINUING_WORDS does not hold ("and then they.").
+_TRAILING_FILLER = re.compile(r"\b(?:you know|i mean|kind of|sort of)\W*$")
+OPEN_ENDINGS = MAYBE_CONTINUING_WORDS | frozenset("he she they".split())
+
+
+def told_in_full(signals: TurnSignals) -> bool:
+    """A sentence complete by every signal: Whisper's final punctuation, a last word that leaves nothing
+    open (no filler, conjunction, article, preposition, pronoun, auxiliary or number), and an LLM that
+    calls it finished (at least LLM_TOLD); no LLM reading, no verdict.
+
+    On a phone call such a statement hands the turn over ("I don't think so, and that's it."); a speaker
+    thinking inside a clause leaves one of these signals open ("this one was a", "Okay, um, we, um, you know").
+    """
+    text, logprob = signals.transcript, signals.end_of_turn_logprob
+    if text is None or logprob is None or logprob < LLM_TOLD:
+        return False
+    if classify(text) is not Completeness.COMPLETE or fused_completeness(signals) is not Completeness.COMPLETE:
+        return False
+    lowered = text.strip().lower()
+    if _TRAILING_FILLER.search(lowered):
+        return False
+    match = _LAST_WORD.search(lowered)
+    return match is not None and match.group(1) not in OPEN_ENDINGS and not match.group(1).isdigit()
 
 
 # "730", "7:30", "19.30", "seven pm": a time of day is a whole value.
@@ -249,6 +281,7 @@ class TurnDetector:
         habit: PauseHabit | None = None,
         cut_in_cost: float | None = None,
         model: SilenceModel | None = None,
+        told_ms: int | None = None,
     ):
         self._silence_ms = {
             Completeness.COMPLETE: complete_ms,
@@ -259,6 +292,9 @@ class TurnDetector:
         # A finished telling may be followed by more ("Yes. ... And a dessert?"); a
         # question, a request or a goodbye hands the turn over. None: tellings wait like them.
         self.telling_ms = complete_ms if telling_ms is None else max(telling_ms, complete_ms)
+        # A telling told in full (``told_in_full``) never waits longer than one left open, and the user's
+        # pause habit does not hold it. None: it waits the complete silence.
+        self.told_ms = complete_ms if told_ms is None else min(max(told_ms, complete_ms), self.telling_ms)
         self.max_turn_ms = max_turn_s * 1000.0
         self.habit = PauseHabit() if habit is None else habit
         self.model = model
@@ -289,7 +325,7 @@ class TurnDetector:
         silence = self.model.silence_for(signals, self.commit_probability)
         # Never inside the gap between two words, never past the longest wait.
         silence = int(min(max(silence, self.confident_ms), longest))
-        if self._tells_and_may_go_on(signals):
+        if self._tells_and_may_go_on(signals) and not told_in_full(signals):
             return self.habit.telling_ms(silence)  # a user known to think longer after a telling
         return silence
 
@@ -306,6 +342,9 @@ class TurnDetector:
         if signals.answer is not None:
             return silence
         if self._tells_and_may_go_on(signals):
+            # A statement complete by every signal hands the turn over; the habit holds only what is left open.
+            if told_in_full(signals):
+                return max(silence, self.told_ms)
             return max(silence, self.habit.telling_ms(self.telling_ms))
         no_hint = self._silence_ms[Completeness.UNKNOWN]
         if self.habit.longest_within_turns_ms() >= no_hint:

@@ -138,6 +138,32 @@ def test_a_partial_is_dropped_when_as_many_jobs_wait_as_there_are_workers():
     assert deep.job is None and deep.reason == "queue_deep"
 
 
+def test_the_partials_of_all_sessions_hold_at_most_their_workers_and_leave_the_rest_to_finals():
+    s = STTScheduler(workers=2, rate=0, burst_s=1.0, clock=Clock(), partial_workers=1)
+    first = s.submit("a", Kind.PARTIAL, samples(1)).job
+    assert s.pop() is first
+    busy = s.submit("b", Kind.PARTIAL, samples(2))
+    assert busy.job is None and busy.reason == "partials_busy"
+    final = s.submit("c", Kind.FINAL, samples(3)).job
+    assert s.pop() is final  # the worker the partials leave free
+    s.finish(final)
+    newer = s.submit("a", Kind.PARTIAL, samples(4)).job  # a's own next one waits for a's running one
+    assert newer is not None and s.pop() is None
+    s.finish(first)
+    assert s.pop() is newer
+    assert s.submit("b", Kind.PARTIAL, samples(5)).reason == "partials_busy"
+    s.finish(newer)
+    assert s.submit("b", Kind.PARTIAL, samples(6)).job is not None
+
+
+def test_one_session_s_partials_are_not_limited_by_the_partials_workers():
+    s = STTScheduler(workers=2, rate=0, burst_s=1.0, clock=Clock(), partial_workers=1)
+    for n in range(1, 6):  # a partial at a time, as the listener asks for them
+        job = s.submit("a", Kind.PARTIAL, samples(n)).job
+        assert job is not None and s.pop() is job
+        s.finish(job)
+
+
 def test_withdrawn_and_forgotten_jobs_never_start():
     s, clock = scheduler(workers=1, rate=0)
     running = s.submit("a", Kind.FINAL, samples(1)).job

@@ -125,6 +125,7 @@ class ReplyFactory:
             max_sentences=max_sentences,
             on_first_audio=None if metrics is None else (lambda reply: self._report(reply, metrics)),
             held=held,
+            first_chunks=self._engines.first_chunks if settings.first_chunks_first else None,
             clock=self._clock,
         )
 

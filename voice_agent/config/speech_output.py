@@ -26,6 +26,14 @@ class SpeechOutputSettings:
         "(for, on, but, to...) once it has --first-chunk-min-words words; off: only at punctuation.",
         "tts",
     )
+    # engines/first_chunks.py: on 2 cores the later sentences of one session's answer slow the first
+    # chunks of others (docs/results/capacity.md).
+    first_chunks_first: bool = option(
+        True,
+        "A reply whose first chunk is out stops generating while another session's reply waits for its first "
+        "chunk, as long as it is held or has more than 1 s of audio still to play; off: all generate at once.",
+        "tts",
+    )
     tts_voice: str = option(
         "",
         "Piper voice (.onnx with its .onnx.json beside it). "

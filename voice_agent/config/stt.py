@@ -37,6 +37,15 @@ class SttSettings:
         "stt",
     )
     partial_interval_ms: int = option(500, "Minimum new speech between two partial transcripts.", "stt")
+    # One: with several sessions speaking at once their partials otherwise hold every worker, and
+    # the finals of those that pause wait for them and share the cores with them (stt_queue.py,
+    # docs/results/capacity.md). One session has one partial at a time anyway.
+    stt_partial_workers: int = option(
+        1,
+        "Whisper workers that the partial transcripts of all sessions may hold at once; a partial that "
+        "would need another is dropped. At most --stt-workers.",
+        "stt",
+    )
 
     # One VAD window: the held answer's first audio, not the end-of-turn silence, is what
     # the user waits for after a question, and it cannot start before this transcript.

@@ -7,6 +7,7 @@ import time
 from dataclasses import dataclass, field
 
 from ..config import Settings
+from .first_chunks import FirstChunks
 from .interfaces import STTBackend, TTSBackend, VADBackend
 from .llm.base import LLMBackend
 from .phrase_cache import PhraseCache
@@ -29,9 +30,16 @@ class Engines:
     # Every session's Whisper calls go through it, in turn and within a budget. It looks ``stt`` up at each
     # call, so a test may swap the model.
     stt_queue: STTQueue = field(init=False)
+    # Every session's replies: the later chunks of one give way to the first chunks of others.
+    first_chunks: FirstChunks = field(init=False)
 
     def __post_init__(self) -> None:
         self.stt_queue = STTQueue(lambda: self.stt)
+        self.first_chunks = FirstChunks(self._llm_waiting)
+
+    def _llm_waiting(self) -> int:
+        line = getattr(self.llm, "wait_line", None)  # the embedded llama.cpp's: other LLMs queue elsewhere
+        return 0 if line is None else line.depth()
 
     async def warm_up(self) -> None:
         started = time.perf_counter()
@@ -125,6 +133,10 @@ def load_engines(settings: Settings) -> Engines:
     log.info("models loaded in %.1f s", time.perf_counter() - started)
     engines = Engines(vad=vad, stt=stt, llm=llm, tts=tts, smart_turn=smart_turn)
     engines.stt_queue = STTQueue(
-        lambda: engines.stt, settings.stt_workers, settings.stt_budget, settings.stt_budget_burst_s
+        lambda: engines.stt,
+        settings.stt_workers,
+        settings.stt_budget,
+        settings.stt_budget_burst_s,
+        partial_workers=settings.stt_partial_workers,
     )
     return engines

@@ -23,7 +23,11 @@ calls, and a bystander's question waited 17 s behind them. So:
   ahead of one that asks for less: however much it has waiting, that one's
   next final starts before its next one does.
 - **Partials give way.** A partial is dropped rather than queued when as many
-  jobs wait as there are workers: it would be stale before it ran.
+  jobs wait as there are workers: it would be stale before it ran. And the
+  partials of all sessions together hold at most ``partial_workers`` workers:
+  one that would need more is dropped, so that with many sessions speaking the
+  other workers stay free for finals, which a running call would delay (a call
+  cannot be interrupted), and the cores for the stages after them.
 
 :class:`STTScheduler` decides, without I/O and on an injected clock;
 :class:`STTQueue` runs its decisions on the event loop.
@@ -84,8 +88,16 @@ class Submitted:
 class STTScheduler:
     """Which transcription runs next. Pure: the caller starts what :meth:`pop` hands out and reports its end."""
 
-    def __init__(self, workers: int, rate: float, burst_s: float, clock: Callable[[], float] = time.monotonic):
+    def __init__(
+        self,
+        workers: int,
+        rate: float,
+        burst_s: float,
+        clock: Callable[[], float] = time.monotonic,
+        partial_workers: int | None = None,
+    ):
         self.workers = workers
+        self.partial_workers = workers if partial_workers is None else max(1, min(partial_workers, workers))
         self.rate = rate
         self.burst_s = burst_s
         self._clock = clock
@@ -102,6 +114,8 @@ class STTScheduler:
                 return Submitted(None, [], "over_budget")
             if self.waiting() - len(queued_partials) >= self.workers:
                 return Submitted(None, [], "queue_deep")
+            if self._partials(besides=account) >= self.partial_workers:
+                return Submitted(None, [], "partials_busy")
         superseded = queued_partials
         if kind is Kind.COMMIT:
             earlier = [job for job in account.queued if job.kind is Kind.COMMIT]
@@ -119,6 +133,7 @@ class STTScheduler:
         if self._running >= self.workers:
             return None
         now = self._clock()
+        partials_running = sum(1 for a in self._accounts.values() for j in a.running if j.kind is Kind.PARTIAL)
         best: tuple[tuple, Job, _Account] | None = None
         for account in self._accounts.values():
             self._refill(account, now)
@@ -126,6 +141,8 @@ class STTScheduler:
             for job in account.queued:
                 if job.kind is not Kind.PARTIAL and left < 0:
                     continue  # over budget: waits for the bucket to refill
+                if job.kind is Kind.PARTIAL and partials_running >= self.partial_workers:
+                    continue
                 key = (
                     job.kind is Kind.PARTIAL,
                     len(account.running) > 0,
@@ -187,6 +204,16 @@ class STTScheduler:
         """How many jobs wait (of ``kind``)."""
         return sum(1 for a in self._accounts.values() for j in a.queued if kind is None or j.kind is kind)
 
+    def _partials(self, besides: _Account) -> int:
+        """Partials running or waiting, of every session but ``besides``'s."""
+        return sum(
+            1
+            for account in self._accounts.values()
+            if account is not besides
+            for job in (*account.running, *account.queued)
+            if job.kind is Kind.PARTIAL
+        )
+
     def budget_left(self, session: Hashable) -> float:
         """``session``'s bucket, less what its running calls have taken so far."""
         now = self._clock()
@@ -232,9 +259,10 @@ class STTQueue:
         rate: float = 0.5,
         burst_s: float = 10.0,
         clock: Callable[[], float] = time.monotonic,
+        partial_workers: int | None = None,
     ):
         self._backend = backend
-        self._scheduler = STTScheduler(workers, rate, burst_s, clock)
+        self._scheduler = STTScheduler(workers, rate, burst_s, clock, partial_workers)
         self._clock = clock
         self._futures: dict[Job, asyncio.Future[Any]] = {}
         self._running: set[asyncio.Task] = set()

@@ -33,6 +33,7 @@ import numpy as np
 
 from ..audio import StreamResampler
 from ..engines.chunker import SentenceChunker, word_tokens
+from ..engines.first_chunks import GIVE_WAY_AHEAD_S, FirstChunks
 from ..engines.interfaces import TTSBackend
 from ..engines.llm.base import LLMBackend, Message, ToolCall
 from ..engines.speakable import speakable
@@ -100,9 +101,11 @@ class Reply:
         audio_ahead_s: float = AUDIO_AHEAD_S,
         on_first_audio: Callable[[Reply], None] | None = None,
         held: bool = False,
+        first_chunks: FirstChunks | None = None,
         clock: Callable[[], float] = time.monotonic,
     ):
         self._llm = llm
+        self._first_chunks = first_chunks
         self._tts = tts
         self._messages = messages
         self._rate = output_rate
@@ -155,6 +158,16 @@ class Reply:
             raise _first_cause(group) from None
 
     async def _generate(self, chunks: asyncio.Queue) -> None:
+        if self._first_chunks is None:
+            await self._generate_chunks(chunks)
+            return
+        self._first_chunks.waiting(self)
+        try:
+            await self._generate_chunks(chunks)
+        finally:
+            self._first_chunks.done(self)
+
+    async def _generate_chunks(self, chunks: asyncio.Queue) -> None:
         self.timings.request_at = self._clock()
         stream = self._llm.stream_chat(self._messages)
         said: set[str] = set()
@@ -177,6 +190,8 @@ class Reply:
                     break
                 if self.timings.first_chunk_ms is not None:
                     await self._first_chunk_synthesized.wait()
+                    if self._first_chunks is not None:
+                        await self._first_chunks.give_way(self, self._has_audio_in_hand)
             else:
                 for chunk in self._chunker.flush():
                     self._put_chunk(chunks, chunk, said)
@@ -200,6 +215,8 @@ class Reply:
         said.add(key)
         if self.timings.first_chunk_ms is None:
             self.timings.first_chunk_ms = self._ms_since(self.timings.request_at)
+            if self._first_chunks is not None:
+                self._first_chunks.done(self)
         chunks.put_nowait(text)
         return True
 
@@ -323,6 +340,14 @@ class Reply:
                 words += chunk_words[: int(len(chunk_words) * fraction)]
                 break
         return " ".join(words)
+
+    def _has_audio_in_hand(self) -> bool:
+        """Whether the answer's next chunk may come later without a gap: it is held, or enough of its audio is
+        still to be played (engines/first_chunks.py)."""
+        if self.paused:
+            return True
+        synthesized = sum(chunk.synthesized_s for chunk in self.chunks)
+        return synthesized - self.playback.played_s() > GIVE_WAY_AHEAD_S
 
     def _ms_since(self, start: float) -> float:
         return (self._clock() - start) * 1000.0

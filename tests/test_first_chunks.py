@@ -1,0 +1,113 @@
+"""First chunks before later chunks: a reply with its first chunk out gives way to another's first chunk."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from tests.test_reply import RATE, RecordingLLM, SlowTTS
+from voice_agent.engines.first_chunks import FirstChunks
+from voice_agent.reply.pipeline import Reply
+
+
+async def test_give_way_returns_at_once_when_no_other_reply_waits():
+    chunks = FirstChunks()
+    chunks.waiting("me")
+    await asyncio.wait_for(chunks.give_way("me", lambda: True), 0.01)
+
+
+async def test_give_way_waits_until_the_other_reply_has_its_first_chunk():
+    chunks = FirstChunks()
+    chunks.waiting("other")
+    waiting = asyncio.create_task(chunks.give_way("me", lambda: True))
+    await asyncio.sleep(0.2)
+    assert not waiting.done()
+    chunks.done("other")
+    await asyncio.wait_for(waiting, 0.1)
+    assert chunks.others_waiting("me") == 0
+
+
+async def test_give_way_stops_waiting_once_the_reply_may_wait_no_more():
+    chunks = FirstChunks()
+    chunks.waiting("other")
+    in_hand = [True]
+    waiting = asyncio.create_task(chunks.give_way("me", lambda: in_hand[0]))
+    await asyncio.sleep(0.1)
+    assert not waiting.done()
+    in_hand[0] = False
+    await asyncio.wait_for(waiting, 0.5)
+    assert chunks.others_waiting("me") == 1
+
+
+def reply(log: list[str], chunks: FirstChunks, held: bool) -> Reply:
+    return Reply(
+        llm=RecordingLLM("Sure, I can. Here is more.", log),
+        tts=SlowTTS(log, seconds=0.01),
+        messages=[],
+        output_rate=RATE,
+        lead_s=10.0,
+        emit=lambda event: None,
+        turn=1,
+        user_text="hi",
+        first_chunk_min_words=1,
+        held=held,
+        first_chunks=chunks,
+    )
+
+
+async def test_a_held_reply_reads_no_token_past_its_first_chunk_while_another_waits_for_its_first():
+    log: list[str] = []
+    chunks = FirstChunks()
+    chunks.waiting("another session's reply")
+    held = reply(log, chunks, held=True)
+    running = asyncio.create_task(held.run())
+    await asyncio.sleep(0.3)
+    assert log == ["token Sure,", "synthesize Sure,", "synthesized Sure,"]
+    assert chunks.others_waiting("another session's reply") == 0  # its own first chunk no longer counts
+    chunks.done("another session's reply")
+    held.set_flowing(True)
+    await asyncio.wait_for(running, 5)
+    assert held.text == "Sure, I can. Here is more."
+
+
+async def test_a_playing_reply_with_little_audio_in_hand_goes_on():
+    log: list[str] = []
+    chunks = FirstChunks()
+    chunks.waiting("another session's reply")
+    playing = reply(log, chunks, held=False)  # 100 ms of audio a chunk: less than the margin
+    await asyncio.wait_for(playing.run(), 5)
+    assert playing.text == "Sure, I can. Here is more."
+
+
+@pytest.mark.parametrize("fails", [False, True])
+async def test_a_reply_that_ends_counts_as_waiting_no_more(fails):
+    class Failing(RecordingLLM):
+        async def stream_chat(self, messages):
+            raise RuntimeError("the LLM is gone")
+            yield ""
+
+    chunks = FirstChunks()
+    log: list[str] = []
+    ended = reply(log, chunks, held=False)
+    if fails:
+        ended._llm = Failing("", log)
+        with pytest.raises(RuntimeError):
+            await asyncio.wait_for(ended.run(), 5)
+    else:
+        await asyncio.wait_for(ended.run(), 5)
+    assert chunks.others_waiting("anyone") == 0
+
+
+async def test_give_way_does_not_wait_while_work_waits_for_an_llm_instance():
+    # The waiting reply may need the very instance this one holds: finishing frees it.
+    queued = [1]
+    chunks = FirstChunks(lambda: queued[0])
+    chunks.waiting("other")
+    await asyncio.wait_for(chunks.give_way("me", lambda: True), 0.01)
+    queued[0] = 0
+    waiting = asyncio.create_task(chunks.give_way("me", lambda: True))
+    await asyncio.sleep(0.1)
+    assert not waiting.done()
+    queued[0] = 1
+    await asyncio.wait_for(waiting, 0.5)

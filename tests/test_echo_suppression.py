@@ -10,7 +10,7 @@ from voice_agent.echo_reference import INPUT_SAMPLES, EchoReference
 from voice_agent.echo_suppression import suppress_echo
 from voice_agent.engines.vad import WINDOW
 from voice_agent.replay.echo import EchoPath
-from voice_agent.turn_taking.interruptions import MIN_SPEECH_WINDOWS, speech_only, without_lone_windows
+from voice_agent.turn_taking.own_voice import MIN_SPEECH_WINDOWS, speech_only, without_lone_windows
 
 RATE = 16000
 

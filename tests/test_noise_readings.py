@@ -14,7 +14,7 @@ from voice_agent.engines.stt import WhisperSTT
 from voice_agent.engines.vad import SileroVAD
 from voice_agent.replay.echo import EchoPath
 from voice_agent.replay.script import load_audio
-from voice_agent.turn_taking.interruptions import speech_left, speech_only
+from voice_agent.turn_taking.own_voice import speech_left, speech_only
 
 pytestmark = pytest.mark.models
 

@@ -12,7 +12,7 @@ from tests.test_echo_suppression import through_room
 from voice_agent.echo_suppression import suppress_echo
 from voice_agent.engines.vad import SileroVAD
 from voice_agent.replay.script import load_audio
-from voice_agent.turn_taking.interruptions import MIN_SPEECH_WINDOWS, speech_left
+from voice_agent.turn_taking.own_voice import MIN_SPEECH_WINDOWS, speech_left
 
 pytestmark = pytest.mark.models
 

@@ -42,10 +42,10 @@ import numpy as np
 from prosody import prosody  # experiments/turn_model/prosody.py: tried, not used (it did not help)
 
 from voice_agent.config import Settings
-from voice_agent.turn_taking.listener import turn_detector
+from voice_agent.engines.vad import WINDOW, WINDOW_MS
 from voice_agent.replay import real_turns, vad_pauses
 from voice_agent.replay.script import load_audio
-from voice_agent.engines.vad import WINDOW, WINDOW_MS
+from voice_agent.turn_taking.listener import turn_detector
 from voice_agent.turn_taking.turn import TurnSignals
 from voice_agent.turn_taking.turn_model import FEATURES, MODEL_PATH, TurnModel, features
 

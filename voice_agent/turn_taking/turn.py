@@ -129,6 +129,17 @@ def classify(transcript: str | None) -> Completeness:
     return Completeness.UNKNOWN
 
 
+def _asks_ending_stranded(transcript: str) -> bool:
+    """A question by its form that ends in a preposition a question may end in, with no "?" from Whisper.
+
+    "Is there anything else I can help you with." is as finished as with its "?"; so is none of "Can I get a
+    table for." (the LLM calls that broken off), which is why the LLM has the last word."""
+    match = _LAST_WORD.search(transcript.lower())
+    return (
+        match is not None and match.group(1) in STRANDED_PREPOSITIONS and speech_act(transcript) is SpeechAct.QUESTION
+    )
+
+
 def _is_partial_phone_number(text: str) -> bool:
     """Whether the text ends in the first digits of a phone number ("my number is 555.")."""
     match = _PHONE_NUMBER.search(text)
@@ -191,6 +202,8 @@ def fused_completeness(signals: TurnSignals) -> Completeness:
             level = Completeness.UNKNOWN
         elif level is Completeness.UNKNOWN and logprob >= LLM_FINISHED:
             level = Completeness.COMPLETE  # "We will arrive at around 730."
+        elif level is Completeness.INCOMPLETE and logprob >= LLM_FINISHED and _asks_ending_stranded(signals.transcript):
+            level = Completeness.COMPLETE  # "Is that anything else I can help you with." with Whisper's full stop
     audio = signals.audio_end_probability
     if audio is not None and level is Completeness.COMPLETE and audio < AUDIO_FINISHED:
         level = Completeness.UNKNOWN
@@ -223,8 +236,14 @@ def told_in_full(signals: TurnSignals) -> bool:
     return match is not None and match.group(1) not in OPEN_ENDINGS and not match.group(1).isdigit()
 
 
-# "730", "7:30", "19.30", "seven pm": a time of day is a whole value.
-_TIME_OF_DAY = re.compile(r"(?:\b(?:[01]?\d|2[0-3])[:.]?[0-5]\d|\b\d{1,2} ?(?:am|pm|a\.m|p\.m|o'clock))\W*$", re.I)
+# "7:30", "at around 730", "by 19.30", "seven pm": a time of day is a whole value. Digits alone are one only
+# after a word that takes a time: "this one was a 2018" is a year, and the clause goes on ("... Tesla").
+_TIME_OF_DAY = re.compile(
+    r"(?:\b(?:[01]?\d|2[0-3]):[0-5]\d"
+    r"|\b(?:at|around|about|by|until|till|before|after|from|to|and|or) (?:[01]?\d|2[0-3])[.]?[0-5]\d"
+    r"|\b\d{1,2} ?(?:am|pm|a\.m|p\.m|o'clock))\W*$",
+    re.I,
+)
 
 
 def _ends_in_a_time(transcript: str | None) -> bool:
@@ -347,11 +366,12 @@ class TurnDetector:
                 return max(silence, self.told_ms)
             return max(silence, self.habit.telling_ms(self.telling_ms))
         no_hint = self._silence_ms[Completeness.UNKNOWN]
-        if self.habit.longest_within_turns_ms() >= no_hint:
+        if self.habit.longest_within_turns_ms() >= no_hint and speech_act(signals.transcript) is not SpeechAct.CLOSING:
             # A user who thought that long within a turn after a finished sentence may do so after a question
             # too: "Does anyone want to see Steve's feedback from there? ... from the specification?" (AMI,
             # 780 ms), which every signal but Smart Turn called over. A shorter pause is the rhythm between
-            # sentences ("Sorry. Make that five people."); the answer to the agent's question is not held back.
+            # sentences ("Sorry. Make that five people."); the answer to the agent's question is not held back, nor
+            # a goodbye ("I don't think so, and that's it.").
             return max(silence, no_hint)
         return silence
 

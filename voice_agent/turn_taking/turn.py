@@ -348,6 +348,17 @@ class TurnDetector:
             return self.habit.telling_ms(silence)  # a user known to think longer after a telling
         return silence
 
+    def explain(self, signals: TurnSignals) -> str:
+        """What the decision read, for the debug log: which of the rules' inputs held a turn, and how long."""
+        act = speech_act(signals.transcript) if has_words(signals.transcript) else None
+        return (
+            f"{self.required_silence_ms(signals)} ms: {fused_completeness(signals).value}"
+            f" {act.value if act else 'no words'}, told in full {told_in_full(signals)},"
+            f" logprob {signals.end_of_turn_logprob}, answer {signals.answer and signals.answer.value},"
+            f" agent asked {signals.agent_asked}, the user's longest pause {self.habit.longest_within_turns_ms():.0f} ms,"
+            f" {signals.transcript!r}"
+        )
+
     def longest_ms(self) -> int:
         """The longest silence any words ask for: after an unfinished sentence, or after a telling from a user
         known to think longer than that."""

@@ -317,4 +317,4 @@ def test_the_embedded_defaults_hold_no_whole_question_request_or_goodbye_for_the
 
 def test_the_decision_explains_what_held_the_turn():
     why = turn_detector(Settings()).explain(signals("This one was a 2018.", logprob=-0.5))
-    assert why.startswith("2000 ms: unknown telling, told in full False, logprob -0.5")
+    assert why.startswith("2000 ms: complete telling, told in full False, logprob -0.5")

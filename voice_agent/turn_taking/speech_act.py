@@ -52,7 +52,7 @@ _REQUEST = re.compile(
     r"|^(?:tell|give|show|send|book|reserve|cancel|change|make|add|remove|put|call|find|check|help|"
     r"repeat|say|read|explain|describe|list|recommend|order|schedule|set|stop|continue|go on|start|"
     r"play|turn|open|buy|pay|transfer|connect|text|email|remind|get me|let's|verify|confirm|fix|repair|"
-    r"look up|update|sign|log|forward|ask|bring|take|note|write|spell|pick|hang up|wake|excuse)\b"
+    r"look up|update|forward|spell)\b"
     # Any verb said to the agent with "me" or "us" right after it is asked of it ("Verify me.", "Trust me.");
     # a sentence whose subject is dropped starts with a past or a third person ("Told me.", "Gives me...").
     rf"|^(?!(?:{_NOT_VERBS})\b)[a-z]+(?<!ed)(?<!s) (?:me|us)\b"

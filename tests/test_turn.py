@@ -45,7 +45,14 @@ from voice_agent.turn_taking.turn import (
         ("I can wait.", Completeness.COMPLETE),
         ("Hmm, lets see...", Completeness.INCOMPLETE),
         ("Hold on!", Completeness.INCOMPLETE),
+        ("Give me just one second here.", Completeness.INCOMPLETE),  # asks for time, with where it is said
+        ("Bear with me, please.", Completeness.INCOMPLETE),
         ("I'll see.", Completeness.COMPLETE),
+        ("Okay, um, we, um, you know.", Completeness.INCOMPLETE),  # a filler phrase, like "um"
+        ("It's the, I mean.", Completeness.INCOMPLETE),
+        ("This one was a 2018.", Completeness.INCOMPLETE),  # a number before its noun
+        ("I need the 2.", Completeness.INCOMPLETE),
+        ("It's from 2018.", Completeness.UNKNOWN),  # a number alone is a draw
         ("", Completeness.UNKNOWN),
     ],
 )
@@ -317,4 +324,19 @@ def test_the_embedded_defaults_hold_no_whole_question_request_or_goodbye_for_the
 
 def test_the_decision_explains_what_held_the_turn():
     why = turn_detector(Settings()).explain(signals("This one was a 2018.", logprob=-0.5))
-    assert why.startswith("2000 ms: complete telling, told in full False, logprob -0.5")
+    assert why.startswith("2000 ms: incomplete telling, told in full False, logprob -0.5")
+
+
+@pytest.mark.parametrize(
+    "text, silence",
+    [
+        ("It's a Tesla.", 350),  # the answer to the agent's question hands the turn back
+        ("Okay, um, we, um, you know.", 2000),  # but a clause left open waits however it was asked for
+        ("This one was a 2018.", 2000),
+        ("Give me just one second here and I'm.", 2000),
+        ("Give me just one second here.", 2000),
+    ],
+)
+def test_an_answer_to_the_agent_hands_the_turn_back_unless_its_clause_is_open(text, silence):
+    detector = turn_detector(Settings())
+    assert detector.required_silence_ms(TurnSignals(text, end_of_turn_logprob=-1.5, agent_asked=True)) == silence

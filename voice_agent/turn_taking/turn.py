@@ -63,6 +63,9 @@ HOLDING_PHRASES = (
     "just a moment",
     "just a second",
     "give me a second",
+    "give me a minute",
+    "just a minute",
+    "bear with me",
 )
 
 # A sentence that announces what comes next ("The thing is ...", "What I mean is ..."): Whisper puts a
@@ -75,7 +78,16 @@ _ANNOUNCING = re.compile(
 # "Wait." or "No, wait." opening a sentence, not "I can wait.": the user is about to correct themselves.
 _WAIT = re.compile(r"(?:^|[.!?]\s+)(?:(?:no|oh|uh|um|okay|ok|sorry)\W+)*wait\W*$")
 _LAST_WORD = re.compile(r"([\w']+)\W*$")
-_HOLDING = re.compile(r"\b(?:" + "|".join(re.escape(p).replace("'", "'?") for p in HOLDING_PHRASES) + r")\W*$")
+# A filler phrase leaves the clause open after Whisper's full stop too ("Okay, um, we, um, you know."), like "um".
+_TRAILING_FILLER = re.compile(r"\b(?:you know|i mean|kind of|sort of)\W*$")
+# Digits after an article or a possessive qualify a noun still to come: "this one was a 2018 ... Tesla".
+_NUMBER_BEFORE_ITS_NOUN = re.compile(r"\b(?:a|an|the|my|your|his|her|our|their|this|that) [\d,.]*\d\W*$")
+# "Give me just one second here.": a word or two of where or please after it still asks for the time.
+_HOLDING = re.compile(
+    r"\b(?:"
+    + "|".join(re.escape(p).replace("'", "'?") for p in HOLDING_PHRASES)
+    + r")(?:\W+(?:here|there|please|now|okay|ok|sorry|for me))*\W*$"
+)
 _WORD = re.compile(r"\w")
 # A phone number is said in groups with pauses between them ("555 ... 0192");
 # fewer digits than a local number after "number is" is the first group.
@@ -107,6 +119,8 @@ def classify(transcript: str | None) -> Completeness:
         return Completeness.INCOMPLETE
     lowered = text.lower()
     if _HOLDING.search(lowered) or _WAIT.search(lowered) or _ANNOUNCING.search(lowered):
+        return Completeness.INCOMPLETE
+    if _TRAILING_FILLER.search(lowered) or _NUMBER_BEFORE_ITS_NOUN.search(lowered):
         return Completeness.INCOMPLETE
     match = _LAST_WORD.search(lowered)
     if match:
@@ -210,9 +224,8 @@ def fused_completeness(signals: TurnSignals) -> Completeness:
     return level
 
 
-# Endings that leave a telling open even after Whisper's full stop: a filler phrase,
-# and the subject pronouns MAYBE_CONTINUING_WORDS does not hold ("and then they.").
-_TRAILING_FILLER = re.compile(r"\b(?:you know|i mean|kind of|sort of)\W*$")
+# Endings that leave a telling open even after Whisper's full stop: the subject pronouns
+# MAYBE_CONTINUING_WORDS does not hold ("and then they.").
 OPEN_ENDINGS = MAYBE_CONTINUING_WORDS | frozenset("he she they".split())
 
 
@@ -229,10 +242,7 @@ def told_in_full(signals: TurnSignals) -> bool:
         return False
     if classify(text) is not Completeness.COMPLETE or fused_completeness(signals) is not Completeness.COMPLETE:
         return False
-    lowered = text.strip().lower()
-    if _TRAILING_FILLER.search(lowered):
-        return False
-    match = _LAST_WORD.search(lowered)
+    match = _LAST_WORD.search(text.strip().lower())
     return match is not None and match.group(1) not in OPEN_ENDINGS and not match.group(1).isdigit()
 
 

@@ -39,6 +39,8 @@ from voice_agent.turn_taking.speech_act import SpeechAct, hands_over, speech_act
         ("No thanks.", SpeechAct.CLOSING),
         ("That's all.", SpeechAct.CLOSING),
         ("I don't think so, and that's it.", SpeechAct.CLOSING),
+        ("No, I think that's it for today.", SpeechAct.CLOSING),
+        ("Yeah, yeah, that's it.", SpeechAct.TELLING),  # agrees, and may go on
         ("Hello.", SpeechAct.GREETING),
         ("Hi there!", SpeechAct.GREETING),
         ("Good morning.", SpeechAct.GREETING),

@@ -60,7 +60,9 @@ _REQUEST = re.compile(
 _CLOSING = re.compile(
     r"\b(?:thank you|thanks|thank you very much|bye|goodbye|good bye|bye bye|see you|"
     r"have a (?:nice|good|great) (?:day|evening|night|one)|that's all|that is all|that will be all|"
-    r"that's everything|nothing else|no thanks|no thank you|that's it|that is it|that's about it|that'll be it)\b"
+    r"that's everything|nothing else|no thanks|no thank you|that'll be it|that's about it|"
+    # "That's it." alone agrees as often ("Yeah, yeah, that's it." went on, in a meeting).
+    r"(?:and|so|no|think|guess) that(?:'s| is) it|that(?:'s| is) it for (?:me|now|today))\b"
 )
 # Whom the words are said to, before a question or a request ("computer what is the weather", "Anna, can you..."):
 # a wake word, or one word and Whisper's comma.

@@ -36,6 +36,10 @@ from voice_agent.turn_taking.turn import (
         ("We to arrive on.", Completeness.INCOMPLETE),  # a pause in "We arrive on ... Friday"
         ("A cheeseburger in.", Completeness.INCOMPLETE),  # "and" misheard before a pause
         ("What are you interested in?", Completeness.COMPLETE),
+        ("Is there anything else I can help you with?", Completeness.COMPLETE),
+        ("Hello. Where are you from?", Completeness.COMPLETE),
+        ("Can I get a table for?", Completeness.INCOMPLETE),  # nothing earlier the "for" could be about
+        ("What do you need it for? Can I get a table for?", Completeness.INCOMPLETE),
         ("Let me see.", Completeness.INCOMPLETE),  # the user asks for time to think
         ("The thing is.", Completeness.INCOMPLETE),  # it announces what comes next
         ("Okay. So the problem is.", Completeness.INCOMPLETE),

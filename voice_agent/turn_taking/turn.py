@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from .pause_habit import PauseHabit
-from .speech_act import SpeechAct, hands_over, speech_act
+from .speech_act import SpeechAct, hands_over, sentences, speech_act
 
 # Words after which a speaker almost always goes on, even when Whisper has
 # already put a full stop after them ("I'd like a table for."). Whisper writes
@@ -46,8 +46,13 @@ MAYBE_CONTINUING_WORDS = frozenset(
 # on ... Friday" ("We to arrive on.") and after "and" misheard ("A cheeseburger
 # in."), so with a full stop they count as trailing.
 PREPOSITIONS = frozenset("in on by about".split())
-# A question may end in one of these: "Is there anything else I can help you with?", "Where are you from?".
+# A question may end in one of these: "Is there anything else I can help you with?", "Where are you from?",
 STRANDED_PREPOSITIONS = frozenset("to of at for from with into".split())
+# when the preposition's object stands earlier in the sentence, as a wh-word or an indefinite. "Can I get a
+# table for?" has none: Whisper's "?" at a pause before "six".
+_FRONTED_OBJECT = re.compile(
+    r"\b(?:what|which|who|whom|whose|where|anything|something|everything|nothing|anyone|someone|everyone|else)\b"
+)
 
 # Phrases that ask for time to think: the user has the floor until they go on.
 HOLDING_PHRASES = (
@@ -125,7 +130,7 @@ def classify(transcript: str | None) -> Completeness:
     match = _LAST_WORD.search(lowered)
     if match:
         word = match.group(1)
-        if word in CONTINUING_WORDS and not (text[-1] == "?" and word in STRANDED_PREPOSITIONS):
+        if word in CONTINUING_WORDS and not (text[-1] == "?" and _stranded(lowered, word)):
             return Completeness.INCOMPLETE
         if word.isdigit():
             if _is_partial_phone_number(lowered):
@@ -146,12 +151,17 @@ def classify(transcript: str | None) -> Completeness:
 def _asks_ending_stranded(transcript: str) -> bool:
     """A question by its form that ends in a preposition a question may end in, with no "?" from Whisper.
 
-    "Is there anything else I can help you with." is as finished as with its "?"; so is none of "Can I get a
-    table for." (the LLM calls that broken off), which is why the LLM has the last word."""
-    match = _LAST_WORD.search(transcript.lower())
-    return (
-        match is not None and match.group(1) in STRANDED_PREPOSITIONS and speech_act(transcript) is SpeechAct.QUESTION
-    )
+    "Is there anything else I can help you with." is as finished as with its "?"; a question whose preposition
+    has nothing earlier to be about ("Can I get a table for.") is not, and the LLM has the last word."""
+    lowered = transcript.lower()
+    match = _LAST_WORD.search(lowered)
+    return match is not None and _stranded(lowered, match.group(1)) and speech_act(transcript) is SpeechAct.QUESTION
+
+
+def _stranded(lowered: str, last_word: str) -> bool:
+    """Whether ``last_word`` is a preposition whose object stands earlier in the last sentence."""
+    said = sentences(lowered)
+    return last_word in STRANDED_PREPOSITIONS and bool(said) and _FRONTED_OBJECT.search(said[-1]) is not None
 
 
 def _is_partial_phone_number(text: str) -> bool:

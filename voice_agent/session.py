@@ -86,7 +86,7 @@ class Session:
         agent: AgentSession | None = None,
     ):
         self.engines = engines
-        self.settings = settings
+        self.settings = settings  # the server's, as this session's client changed them (ClientControl)
         self.id = session_id
         self.agent = agent  # None: the plain assistant, and none of the agent's work on any path
         self.clock = clock
@@ -106,7 +106,24 @@ class Session:
         self.replies = ReplyFactory(
             engines, lambda: self.settings, lambda: self.sample_rate, self.emit, agent, session_id, clock
         )
-        self.control = ClientControl(self, settings)
+        self.control = ClientControl(
+            settings,
+            engines,
+            self.listener,
+            self.stt,
+            self.conversation,
+            self.replies,
+            self.floor,
+            self.emit,
+            agent,
+            self.say,
+            self.commit,
+            self.start_answer,
+            self.play,
+            self._use_settings,
+            session_id,
+            clock,
+        )
         self._input_seen = False
         self.closed = False
 
@@ -119,6 +136,9 @@ class Session:
             send(event)
 
         return send_noted
+
+    def _use_settings(self, settings: Settings) -> None:
+        self.settings = settings
 
     @property
     def state(self) -> FloorState:

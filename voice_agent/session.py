@@ -97,7 +97,14 @@ class Session:
         self.floor = Floor(self.emit, self._cut_off)
         self.stt = engines.stt_queue.session(session_id)  # this session's Whisper calls, in turn with the others'
         self.listener = Listener(settings, engines.vad.stream(), lambda: self.stt, self.emit, self, session_id, clock)
-        self.merge = TurnMerge(self)
+        self.merge = TurnMerge(
+            self.floor,
+            self.emit,
+            clock,
+            lambda: self.settings.reply_grace_ms,
+            lambda: self.interruptions.echo_comes_back,
+            session_id,
+        )
         self.conversation = Conversation.from_settings(
             settings, lambda messages: self.engines.llm.prefill(messages), session_id, token_counter(engines.llm)
         )

@@ -156,10 +156,9 @@ class UserTurn:
         return task.result()
 
     def extend_back(self, start: int) -> None:
-        """The turn begins at ``start`` instead (it continues a turn whose answer was withdrawn).
-
-        What was transcribed or prepared for the later start alone is stale.
-        """
+        """The turn begins at ``start`` instead: it continues a turn whose answer was withdrawn, and may withdraw
+        no other. What was transcribed or prepared for the later start alone is stale."""
+        self.may_withdraw = False
         if start < self.start:  # the speech of the turn it continues began as far past its start as this one's
             self.speech_start -= self.start - start
             self.start = start

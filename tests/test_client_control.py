@@ -32,8 +32,8 @@ async def test_waiting_input_is_taken_once_and_only_its_words():
     h = Harness()
     control = h.session.control
     control.handle(UserText("Table for two."))
-    control.add_input("  ")
-    control.add_input("At eight.")
+    control.items.add_text("  ")
+    control.items.add_text("At eight.")
     assert h.of(UserTextAdded) == [UserTextAdded("Table for two.")]
     assert control.take_ready_input() == "Table for two. At eight."
     assert control.take_ready_input() == ""

@@ -261,9 +261,7 @@ class Session:
 
         A turn that may withdraw the answer (the user going on in the grace) waits for the end of the user's
         sentence, unless its speech stopped short of a barge-in check where the agent's echo may be in it: a
-        blip of its own echo that paused an answer as it began (a speakerphone call's start, the echo's path not
-        yet known), read as the agent's words, held it silent for 2.2 s, until a telling's end
-        (scripts/bargein_eval's echo rig)."""
+        blip of echo must not hold the agent silent until a sentence's end."""
         if not turn.over_agent or self.reply is None:
             return False
         if not turn.may_withdraw:
@@ -359,7 +357,7 @@ class Session:
             self.agent.user_turn(text, (turn.speech_start / PIPELINE_RATE, turn.last_speech / PIPELINE_RATE))
         if not self.control.turn_detection.create_response:
             self.floor.transition(Drop(answer))
-            self.control.add_input(text)  # answered when the client asks for a response
+            self.control.items.add_text(text)  # answered when the client asks for a response
             return
         if typed := self.control.take_ready_input():  # text the client added since the last answer comes first
             text = f"{typed} {text}"

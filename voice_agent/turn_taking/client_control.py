@@ -3,9 +3,10 @@
 At the start a client may set the prompt and a greeting (an agent's start
 hook decides instead where there is one). A Realtime client may change its
 own copy of the server's settings (session.update), commit or clear the audio
-it sent (manual turn taking), add text, ask for a response or cancel it, and
-declare functions it runs itself (client_tools.py); what it does to the
-conversation's items is :mod:`..agent.conversation_items`'. Turn taking and
+it sent (manual turn taking), ask for a response or cancel it, and declare
+functions it runs itself (client_tools.py); what it does to the conversation's
+items, and the input that waits for a response, is
+:mod:`..agent.conversation_items`'. Turn taking and
 the answer's life stay the session's and its floor's: this holds what the
 client asked for, and is handed the parts and the few session calls
 (``say``, ``commit``, ``start_answer``, ``play``) it acts through.
@@ -62,7 +63,6 @@ from ..protocols.events import (
     TurnDetection,
     TurnIgnored,
     UserText,
-    UserTextAdded,
     chosen_name,
 )
 from ..reply.pipeline import Reply
@@ -122,10 +122,9 @@ class ClientControl:
         self._use_settings = use_settings
         self.voice = Path(getattr(engines.tts, "voice_path", "")).name.removesuffix(".onnx")
         self.turn_detection = turn_taking(settings, TurnDetection()).in_effect
-        self._inputs: list[asyncio.Future[str]] = []  # user input not answered yet: text, committed turns
         self.tools: ToolSchemas = ()  # the client's functions (client_tools.py), and how the LLM may choose them
         self.tool_choice: ToolChoice = AUTO
-        self.items = ConversationItems(conversation, emit)
+        self.items = ConversationItems(conversation, emit, settings)
         self.calls = self.items.calls
         self._idle: asyncio.TimerHandle | None = None  # idle_timeout_ms: the wait for the user after an answer
 
@@ -161,8 +160,6 @@ class ClientControl:
         elif isinstance(event, InputClear):
             self._listener.clear()
             self._emit(InputCleared())
-        elif isinstance(event, UserText):
-            self._on_text(event)
         elif isinstance(event, ResponseRequest):
             self._on_response_request(event)
         elif isinstance(event, ResponseCancel):
@@ -171,45 +168,15 @@ class ClientControl:
             else:
                 self._floor.transition(Yield(CLIENT_CANCELLED))
         elif isinstance(event, CONVERSATION_ITEM_EVENTS):
-            self.items.handle(event, self._inputs)
-
-    def _on_text(self, event: UserText) -> None:
-        """Typed text waits for a response: a bounded number of items, and of characters, so a client cannot
-        pile up work (and memory) the next answer would take all at once."""
-        settings = self._server_settings
-        if 0 < settings.max_pending_items <= len(self._inputs):
-            message = f"{len(self._inputs)} items already wait for a response; ask for one first. Ignored"
-            self._emit(Error("too_many_pending_items", message, event.event_id))
-            return
-        waiting = sum(len(item.result()) for item in self._ready())
-        if 0 < settings.max_pending_chars < waiting + len(event.text):
-            message = f"over {settings.max_pending_chars} characters of text would wait for a response. Ignored"
-            self._emit(Error("pending_text_too_long", message, event.event_id))
-            return
-        self.items.text_added(event.item_id, self.add_input(event.text))
-        self._emit(UserTextAdded(event.text, event.item_id))
-
-    def _ready(self) -> list[asyncio.Future[str]]:
-        """User input waiting for an answer whose words are known already."""
-        return [item for item in self._inputs if item.done() and not item.cancelled() and item.exception() is None]
-
-    def add_input(self, text: str) -> asyncio.Future[str]:
-        """User words the client will ask a response to (typed text, a turn it answers itself)."""
-        future: asyncio.Future[str] = asyncio.get_running_loop().create_future()
-        future.set_result(text)
-        self._inputs.append(future)
-        return future
+            self.items.handle(event)
 
     def take_ready_input(self) -> str:
         """The words of user input waiting for an answer that are known already, taken off the queue."""
-        ready = self._ready()
-        self._inputs = [item for item in self._inputs if item not in ready]
-        return " ".join(t for t in (item.result() for item in ready) if has_words(t))
+        return " ".join(text for text in self.items.take_ready() if has_words(text))
 
     def close(self) -> None:
         self.user_speaks()
-        for item in self._inputs:
-            item.cancel()
+        self.items.close()
 
     def answer_begins(self) -> None:
         """A new answer begins: the client's calls still without an output get none, and no idle wait runs."""
@@ -235,7 +202,7 @@ class ClientControl:
             return
         self._emit(IdleTimeout(self._listener.timeline.received * 1000 // PIPELINE_RATE))
         if self.turn_detection.create_response:  # the agent prompts the user, from the history as it stands
-            inputs, self._inputs = self._inputs, []
+            inputs = self.items.take_waiting()
             self._start_answer(lambda answer: self._answer_request(answer, inputs, ResponseRequest(), None))
 
     def _on_update(self, event: SessionUpdate) -> None:
@@ -311,7 +278,7 @@ class ClientControl:
         turn_id = next(listener.turn_ids)
         self._emit(TurnCommitted(turn_id, span[1] * 1000 // PIPELINE_RATE))
         audio = listener.timeline.slice(*span)
-        self._inputs.append(asyncio.create_task(self._transcribe_committed(turn_id, audio)))
+        self.items.wait(asyncio.create_task(self._transcribe_committed(turn_id, audio)))
 
     async def _transcribe_committed(self, turn_id: int, audio: np.ndarray) -> str:
         """The words of a turn the client committed; they are answered when it asks for a response."""
@@ -339,7 +306,7 @@ class ClientControl:
         if event.tools is not None or event.tool_choice is not None:
             if (offer := self._tool_offer(event.tools, event.tool_choice, event.event_id)) is None:
                 return
-        inputs, self._inputs = self._inputs, []
+        inputs = self.items.take_waiting()
         self._start_answer(lambda answer: self._answer_request(answer, inputs, event, offer))
 
     async def _answer_request(

@@ -10,11 +10,9 @@ once the audio since the last settled point is :data:`SETTLE_AFTER_S` long, the
 next pause of :data:`SETTLE_PAUSE_SAMPLES` or more settles it. Its middle cuts
 the turn, the part before it is transcribed once, in the background while the
 user goes on, and every transcript after that (partial, speculative, final) is
-the parts' words and a reading of the rest. A turn that went on for 79 s with
-short pauses was otherwise read whole at each pause: 3 s of Whisper for 80 s of
-audio each time, where the rest costs 0.1 to 0.5 s. Turns shorter than
-:data:`SETTLE_AFTER_S` are read whole as before, and so are longer ones that
-never pause that long.
+the parts' words and a reading of the rest: a pause costs the reading of the
+rest, not of the whole turn. Shorter turns, and longer ones that never pause
+that long, are read whole.
 """
 
 from __future__ import annotations
@@ -94,17 +92,12 @@ class UserTurn:
 
     def record_commit(self, metrics: TurnMetrics, now: float) -> None:
         """The turn is committed at ``now``: when its speech really ended, and what the decision was made on."""
-        self.record_decision(metrics)
+        if self.decision is not None:
+            signals, metrics.end_silence_ms = self.decision
+            metrics.end_of_turn_logprob = signals.end_of_turn_logprob
+            metrics.end_of_turn_llm_ms = None if self.signals is None else self.signals.llm_ms
         metrics.speech_end = self._timeline.arrival_time(self._timeline.refine_end(self.last_speech))
         metrics.endpoint_ms = (now - metrics.speech_end) * 1000.0
-
-    def record_decision(self, metrics: TurnMetrics) -> None:
-        """What the end-of-turn decision was made on, for the ``metrics`` event."""
-        if self.decision is None:
-            return
-        signals, metrics.end_silence_ms = self.decision
-        metrics.end_of_turn_logprob = signals.end_of_turn_logprob
-        metrics.end_of_turn_llm_ms = None if self.signals is None else self.signals.llm_ms
 
     def audio(self, tail: int = 0) -> np.ndarray:
         """The turn's audio up to the last speech, and ``tail`` samples more."""

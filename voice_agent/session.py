@@ -276,8 +276,7 @@ class Session:
 
     def announce(self, turn: UserTurn) -> None:
         """Tell the client a user turn began; over the agent, only once it interrupts."""
-        if not turn.announced:
-            turn.announced = True
+        if turn.announce():
             self.emit(SpeechStarted(turn.id, turn.start * 1000 // PIPELINE_RATE))
         self.floor.transition(Announced())
 
@@ -296,8 +295,7 @@ class Session:
             self._remember(reply, "", interrupted=True)  # its tool calls happened: they stay in the history
 
     def commit(self, turn: UserTurn) -> None:
-        if self.listener.turn is turn:
-            self.listener.turn = None
+        self.listener.committed(turn)
         if self.reply is not None:  # SPEAKING
             if turn.barge_check is not None and not turn.barge_check.done():
                 self.interruptions.reading(turn, turn.barge_check)
@@ -325,7 +323,7 @@ class Session:
         """Make a new answer the one under way (to ``turn``), and run its preparation and playing."""
         self.control.answer_begins()
         answer = Answer(None) if turn is None else Answer(turn.start, turn.id)
-        answer.task = asyncio.create_task(run(answer))
+        answer.start(run)
         self.floor.transition(Prepare(answer))
 
     async def _respond(self, answer: Answer, turn: UserTurn, metrics: TurnMetrics) -> None:

@@ -158,6 +158,11 @@ class Listener:
             for task in turn.tasks():
                 task.cancel()
 
+    def committed(self, turn: UserTurn) -> None:
+        """``turn`` is committed: the next speech makes a new one."""
+        if self.turn is turn:
+            self.turn = None
+
     def take_buffer(self) -> tuple[int, int] | None:
         """Manual turns: the audio (start, end) since the last commit or clear, or None if under 100 ms."""
         start, end = self._buffer_start, self.timeline.received

@@ -74,7 +74,7 @@ class UserTurn:
         self.decision: tuple[TurnSignals, float] | None = None  # the signals and silence that ended the turn
         self._signals_upto = -1  # _speculative_upto that the signals are about
         self.metrics: TurnMetrics | None = None  # of the prepared answer
-        self.announced = False  # the client was told it began (SpeechStarted)
+        self._announced = False  # the client was told it began (SpeechStarted)
         # Called when the speculative transcript or an end-of-turn signal comes in: the
         # listener decides then instead of at the next VAD window, up to 32 ms later.
         self.on_news: Callable[[], None] | None = None
@@ -98,6 +98,11 @@ class UserTurn:
             metrics.end_of_turn_llm_ms = None if self.signals is None else self.signals.llm_ms
         metrics.speech_end = self._timeline.arrival_time(self._timeline.refine_end(self.last_speech))
         metrics.endpoint_ms = (now - metrics.speech_end) * 1000.0
+
+    def announce(self) -> bool:
+        """Whether the client is still to be told that the turn began: true once."""
+        announce, self._announced = not self._announced, True
+        return announce
 
     def audio(self, tail: int = 0) -> np.ndarray:
         """The turn's audio up to the last speech, and ``tail`` samples more."""

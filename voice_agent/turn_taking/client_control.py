@@ -40,15 +40,11 @@ from ..protocols.events import (
     AUTO,
     CLIENT_CANCELLED,
     Error,
-    FunctionCallOutput,
-    HistoryMessage,
     IdleTimeout,
     InputClear,
     InputCleared,
     InputCommit,
     InputEvent,
-    ItemDelete,
-    ItemRetrieve,
     OutputEvent,
     ResponseCancel,
     ResponseRequest,
@@ -58,11 +54,9 @@ from ..protocols.events import (
     ToolChoice,
     ToolSchemas,
     Transcript,
-    TruncateRequest,
     TurnCommitted,
     TurnDetection,
     TurnIgnored,
-    UserText,
     chosen_name,
 )
 from ..reply.pipeline import Reply
@@ -78,19 +72,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-CLIENT_CONTROL_EVENTS = (
-    SessionUpdate,
-    InputCommit,
-    InputClear,
-    UserText,
-    ResponseRequest,
-    ResponseCancel,
-    TruncateRequest,
-    FunctionCallOutput,
-    HistoryMessage,
-    ItemRetrieve,
-    ItemDelete,
-)
+CLIENT_CONTROL_EVENTS = (SessionUpdate, InputCommit, InputClear, ResponseRequest, ResponseCancel, *CONVERSATION_ITEM_EVENTS)
 
 
 class ClientControl:

@@ -72,7 +72,14 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-CLIENT_CONTROL_EVENTS = (SessionUpdate, InputCommit, InputClear, ResponseRequest, ResponseCancel, *CONVERSATION_ITEM_EVENTS)
+CLIENT_CONTROL_EVENTS = (
+    SessionUpdate,
+    InputCommit,
+    InputClear,
+    ResponseRequest,
+    ResponseCancel,
+    *CONVERSATION_ITEM_EVENTS,
+)
 
 
 class ClientControl:

@@ -29,10 +29,10 @@ from ..engines.vad import PREROLL_SAMPLES, WINDOW, WINDOW_MS
 from ..log import log_exception
 from ..protocols.events import OutputEvent, Transcript
 from .echo_canceller import input_canceller
-from .pause_habit import MIN_PAUSE_MS, PauseHabit
+from .pause_habit import MIN_PAUSE_MS
 from .timeline import AudioTimeline
-from .turn import Completeness, TurnDetector, TurnSignals, classify
-from .turn_model import default_model
+from .turn import Completeness, TurnSignals, classify
+from .turn_detection import turn_detector
 from .user_turn import UserTurn
 
 log = logging.getLogger(__name__)
@@ -359,19 +359,3 @@ class Listener:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-
-
-def turn_detector(settings: Settings, habit: PauseHabit | None = None) -> TurnDetector:
-    """The end-of-turn decision that ``settings`` ask for (also what experiments/turn_model/fit.py compares)."""
-    return TurnDetector(
-        settings.end_silence_complete_ms,
-        settings.end_silence_ms,
-        settings.end_silence_incomplete_ms,
-        settings.max_turn_s,
-        settings.end_silence_confident_ms,
-        settings.end_silence_telling_ms,
-        habit,
-        settings.cut_in_cost if settings.turn_decision == "learned" else None,
-        default_model() if settings.turn_decision == "learned" else None,
-        settings.end_silence_told_ms,
-    )

@@ -51,7 +51,6 @@ from .turn_taking.floor import (
     Drop,
     Finish,
     Floor,
-    FloorState,
     Play,
     Prepare,
     Resume,
@@ -148,10 +147,6 @@ class Session:
         self.settings = settings
 
     @property
-    def state(self) -> FloorState:
-        return self.floor.state
-
-    @property
     def answering(self) -> bool:
         """An answer (or fixed words) is being prepared or spoken: a graceful shutdown waits for it."""
         return self.floor.answer is not None
@@ -172,10 +167,6 @@ class Session:
     @property
     def history(self) -> list[Message]:
         return self.conversation.history
-
-    @property
-    def system_prompt(self) -> str:
-        return self.conversation.system_prompt
 
     # Input.
 

@@ -232,8 +232,8 @@ class Listener:
                     stt=self._stt(),
                     clock=self._clock,
                     speech_start=min(run_start, start + self._preroll),  # a merged turn's: its first part's
+                    on_news=self._on_news,
                 )
-                self.turn.on_news = lambda turn=self.turn: self._on_news(turn)
                 log.debug("session %s: turn %d starts", self._id, self.turn.id)
             if self.turn is not None:
                 self._learn_merge(self.turn)

@@ -54,6 +54,7 @@ class UserTurn:
         stt: SessionSTT,
         clock: Callable[[], float] = time.monotonic,
         speech_start: int | None = None,
+        on_news: Callable[[UserTurn], None] | None = None,
     ):
         self.id = id
         self.start = start  # sample index where the turn's audio starts
@@ -77,7 +78,7 @@ class UserTurn:
         self._announced = False  # the client was told it began (SpeechStarted)
         # Called when the speculative transcript or an end-of-turn signal comes in: the
         # listener decides then instead of at the next VAD window, up to 32 ms later.
-        self.on_news: Callable[[], None] | None = None
+        self._on_news = on_news
         self._timeline = timeline
         self._stt = stt
         self._clock = clock
@@ -197,8 +198,8 @@ class UserTurn:
             task.add_done_callback(self._news)
 
     def _news(self, task: asyncio.Task) -> None:
-        if self.on_news is not None and not task.cancelled():
-            self.on_news()
+        if self._on_news is not None and not task.cancelled():
+            self._on_news(self)
 
     def end_of_turn_signals(self, transcript: str) -> TurnSignals:
         """What is known about the speculative ``transcript`` now: at least the words."""

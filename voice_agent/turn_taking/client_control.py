@@ -116,6 +116,7 @@ class ClientControl:
         self.items = ConversationItems(conversation, emit, settings)
         self.calls = self.items.calls
         self._idle: asyncio.TimerHandle | None = None  # idle_timeout_ms: the wait for the user after an answer
+        self._closed = False
 
     def start(self, event: SessionStarted) -> None:
         """The client's start options: the sample rate, and a prompt and greeting unless an agent decides them."""
@@ -164,6 +165,7 @@ class ClientControl:
         return " ".join(text for text in self.items.take_ready() if has_words(text))
 
     def close(self) -> None:
+        self._closed = True
         self.user_speaks()
         self.items.close()
 
@@ -187,7 +189,7 @@ class ClientControl:
 
     def _idle_timed_out(self) -> None:
         self._idle = None
-        if self._floor.answer is not None or self._listener.turn is not None:
+        if self._closed or self._floor.answer is not None or self._listener.turn is not None:
             return
         self._emit(IdleTimeout(self._listener.timeline.received * 1000 // PIPELINE_RATE))
         if self.turn_detection.create_response:  # the agent prompts the user, from the history as it stands

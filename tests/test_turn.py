@@ -1,7 +1,6 @@
 import pytest
 
 from voice_agent.config import Settings
-from voice_agent.turn_taking.listener import turn_detector
 from voice_agent.turn_taking.turn import (
     Completeness,
     TurnDetector,
@@ -10,6 +9,7 @@ from voice_agent.turn_taking.turn import (
     fused_completeness,
     told_in_full,
 )
+from voice_agent.turn_taking.turn_detection import turn_detector
 
 
 @pytest.mark.parametrize(

@@ -4,11 +4,14 @@ Candidates, each fed the same two streams in 10 ms frames, in step (the output f
 input frame that holds its echo, as the session's queue pairs them):
 
 - ``aec3``: WebRTC's AEC3 through ``livekit``'s AudioProcessingModule (linear filter plus residual suppressor);
+- ``aec3 (webrtc-audio-processing 2)``: AEC3 through ``aec-audio-processing`` (an sdist: swig and meson
+  build PulseAudio's webrtc-audio-processing 2 in about 15 minutes here);
 - ``speex``: speexdsp's MDF linear echo canceller alone (``speexdsp`` on PyPI, swig over libspeexdsp), its
   filter 250 ms or 800 ms long (the latter spans the rig's longest path: 250 ms late, a 400 ms tail);
 - ``speex+pre``: the same MDF (``pyaec``: aec-rs's binary wheel) with speex's preprocessor on its echo state
   (residual echo suppression and denoising);
-- ``none``: the input as it came, for reference.
+- ``none``: the input as it came, for reference;
+- a split: AEC3's output to the VAD, speex's linear output to the STT.
 
 The call: five answers of the agent's Piper voice through one of the rig's paths (voice_agent/replay/echo.py),
 a second of silence between them; over answers 3 to 5 a user talks, 0.8 s in: two excerpts of real meeting
@@ -19,14 +22,17 @@ interruption. Measured per canceller:
   after 2 s;
 - echo heard as speech: the share of Silero windows over 0.5 on the output where only the echo plays, in the
   call's first 2 s, at each answer's onset (its first 300 ms, answers 2 to 5), and elsewhere; and the words the
-  STT reads from answer 2's residual alone;
+  STT reads from answer 2's residual where the VAD hears speech (with a 300 ms pre-roll), as a turn would;
 - the user's speech in double talk: its level after the canceller against the user alone (the first 300 ms,
   where a suppressor clips, and the whole), and the STT's word error rate on the output against its reading of
   the user alone (the Piper phrase: against its text);
 - CPU: ms per second of audio.
 
-    .venv/bin/pip install pyaec speexdsp   # speexdsp builds with swig and libspeexdsp-dev (Debian)
-    .venv/bin/python experiments/echo_compare.py ../shared/audio/real [--seeds 4]
+With ``--double-talk``, only where AEC3 loses the real speech's words: with the agent silent, playing without
+echo, its echo 25 dB down, and the rig's echo.
+
+    .venv/bin/pip install pyaec speexdsp aec-audio-processing   # swig, meson, libspeexdsp-dev (Debian) to build
+    .venv/bin/python experiments/echo_compare.py ../shared/audio/real [--seeds 4] [--double-talk]
 """
 
 from __future__ import annotations
@@ -78,6 +84,21 @@ class AEC3:
         return np.frombuffer(frame.data, np.int16).copy()
 
 
+class WebRTCAudioProcessing:
+    """AEC3 again, through ``aec-audio-processing`` (swig over PulseAudio's webrtc-audio-processing 2)."""
+
+    def __init__(self) -> None:
+        from aec_audio_processing import AudioProcessor
+
+        self._apm = AudioProcessor(enable_aec=True, enable_ns=False, enable_agc=False, enable_vad=False)
+        self._apm.set_stream_format(RATE, 1)
+        self._apm.set_reverse_stream_format(RATE, 1)
+
+    def __call__(self, played: np.ndarray, heard: np.ndarray) -> np.ndarray:
+        self._apm.process_reverse_stream(played.tobytes())
+        return np.frombuffer(self._apm.process_stream(heard.tobytes()), np.int16).copy()
+
+
 class Nothing:
     """No canceller: the input as it came."""
 
@@ -110,13 +131,27 @@ class SpeexPreprocessed:
         return out
 
 
-CANCELLERS: dict[str, Callable[[], Callable[[np.ndarray, np.ndarray], np.ndarray]]] = {
+class Split:
+    """AEC3's output for what tells speech from silence, speex's linear output (250 ms) for what is read."""
+
+    def __init__(self) -> None:
+        self._detect = AEC3()
+        self._read = SpeexLinear(SHORT_FILTER)
+
+    def __call__(self, played: np.ndarray, heard: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        return self._detect(played, heard), self._read(played, heard)
+
+
+Canceller = Callable[[np.ndarray, np.ndarray], np.ndarray | tuple[np.ndarray, np.ndarray]]
+CANCELLERS: dict[str, Callable[[], Canceller]] = {
     "none": Nothing,
     "aec3": AEC3,
+    "aec3 (webrtc-audio-processing 2)": WebRTCAudioProcessing,
     "speex 250 ms": functools.partial(SpeexLinear, SHORT_FILTER),
     "speex 800 ms": functools.partial(SpeexLinear, LONG_FILTER),
     "speex+pre 250 ms": functools.partial(SpeexPreprocessed, SHORT_FILTER),
     "speex+pre 800 ms": functools.partial(SpeexPreprocessed, LONG_FILTER),
+    "split: aec3 detects, speex 250 ms read": Split,
 }
 
 
@@ -151,6 +186,9 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("source", type=Path, help="folder with the AMI recordings and ami.rttm")
     parser.add_argument("--seeds", type=int, default=4)
+    parser.add_argument(
+        "--double-talk", action="store_true", help="only AEC3 on the real speech, with and without echo"
+    )
     args = parser.parse_args()
     stt = WhisperSTT()
     vad = SileroVAD()
@@ -158,6 +196,9 @@ def main() -> None:
     agent_level = db(np.concatenate(answers))
     real = [at_level(excerpt, agent_level) for excerpt in ami_excerpts(args.source, 2 * args.seeds)]
     piper = speech(INTERRUPTION)
+    if args.double_talk:
+        double_talk(answers, real, piper, stt, args.seeds)
+        return
     results: dict[str, list[dict[str, float]]] = {name: [] for name in CANCELLERS}
     cpu = dict.fromkeys(CANCELLERS, 0.0)
     seconds = 0.0
@@ -169,13 +210,38 @@ def main() -> None:
             seconds += len(call.agent) / RATE
             for name, make in CANCELLERS.items():
                 started = time.process_time()
-                cleaned = call.through(make())
+                detected, read = call.through(make())
                 cpu[name] += time.process_time() - started
-                row = call.measure(cleaned, vad, stt, references)
+                row = call.measure(detected, read, vad, stt, references)
                 row["room"] = ROOMS.index(room_kind)
                 results[name].append(row)
                 print(room_kind, seed, name, {k: round(v, 2) for k, v in row.items()}, flush=True)
     report(results, cpu, seconds)
+
+
+def double_talk(answers: list[np.ndarray], real: list[np.ndarray], piper: np.ndarray, stt: WhisperSTT, seeds: int):
+    """Where AEC3 loses a real user's words: the WER on its output with the agent silent, with the agent
+    playing and no way back into the microphone, with its echo 25 dB down, and with the rig's echo (small room)."""
+    references = [stt.transcribe_blocking(user) for user in real]
+    print("| input to AEC3 | WER real speech |")
+    print("|---|---:|")
+    for condition in ("the agent silent", "the agent playing, no echo", "its echo at -25 dB", "the rig's echo"):
+        errors = []
+        for seed in range(seeds):
+            path = draw_path(np.random.default_rng(seed), "small")
+            call = Call(answers, [real[2 * seed], real[2 * seed + 1], piper], path)
+            if condition == "the agent silent":
+                call.agent = np.zeros_like(call.agent)
+                call.heard = call.user.copy()
+            elif condition == "the agent playing, no echo":
+                call.heard = call.user.copy()
+            elif condition == "its echo at -25 dB":
+                call.heard = call.user + call.echo * np.float32(10 ** ((-25 - path.gain_db) / 20))
+            _, read = call.through(AEC3())
+            for index, (begin, end) in enumerate(call.user_spans[:2]):
+                heard = stt.transcribe_blocking(read[begin - RATE // 5 : end + RATE // 5])
+                errors.append(word_error_rate(references[2 * seed + index], heard))
+        print(f"| {condition} | {np.mean(errors):.2f} |", flush=True)
 
 
 class Call:
@@ -200,14 +266,18 @@ class Call:
         self.users = users
         self.heard = self.echo + self.user
 
-    def through(self, canceller: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> np.ndarray:
+    def through(self, canceller: Canceller) -> tuple[np.ndarray, np.ndarray]:
+        """The output the VAD takes speech from, and the output the STT reads (the same but for a split)."""
         played, heard = pcm(self.agent), pcm(self.heard)
-        out = np.zeros(len(heard), np.int16)
+        detected, read = np.zeros(len(heard), np.int16), np.zeros(len(heard), np.int16)
         for start in range(0, len(heard) - FRAME + 1, FRAME):
-            out[start : start + FRAME] = canceller(played[start : start + FRAME], heard[start : start + FRAME])
-        return out.astype(np.float32) / 32768.0
+            out = canceller(played[start : start + FRAME], heard[start : start + FRAME])
+            detected[start : start + FRAME], read[start : start + FRAME] = out if isinstance(out, tuple) else (out, out)
+        return detected.astype(np.float32) / 32768.0, read.astype(np.float32) / 32768.0
 
-    def measure(self, cleaned: np.ndarray, vad: SileroVAD, stt: WhisperSTT, references: list[str]) -> dict:
+    def measure(
+        self, cleaned: np.ndarray, read: np.ndarray, vad: SileroVAD, stt: WhisperSTT, references: list[str]
+    ) -> dict:
         alone = np.ones(len(cleaned), bool)  # echo alone: no user
         for begin, end in self.user_spans:
             alone[begin - RATE // 10 : end + RATE // 2] = False
@@ -230,14 +300,17 @@ class Call:
         row["vad_onset"] = float(np.mean(speechy[echo_on & onset]))
         row["vad_rest"] = float(np.mean(speechy[echo_on & ~first & ~onset]))
         begin, end = self.answer_spans[1]
-        row["echo_words"] = len(stt.transcribe_blocking(cleaned[begin : end + RATE // 2]).split())
+        # What a turn would read: the output the STT takes, where the VAD hears speech (and a pre-roll before).
+        preroll = np.convolve(speechy, np.ones(int(ONSET_S * RATE)), "full")[: len(speechy)] > 0
+        echo_read = (read * preroll)[begin : end + RATE // 2]
+        row["echo_words"] = len(stt.transcribe_blocking(echo_read).split()) if echo_read.any() else 0
         for index, ((begin, end), user, reference) in enumerate(
             zip(self.user_spans, self.users, references, strict=True)
         ):
             onset_end = begin + int(ONSET_S * RATE)
-            row[f"user{index}_onset_db"] = db(cleaned[begin:onset_end]) - db(user[: onset_end - begin])
-            row[f"user{index}_db"] = db(cleaned[begin:end]) - db(user)
-            heard = stt.transcribe_blocking(cleaned[begin - RATE // 5 : end + RATE // 5])
+            row[f"user{index}_onset_db"] = db(read[begin:onset_end]) - db(user[: onset_end - begin])
+            row[f"user{index}_db"] = db(read[begin:end]) - db(user)
+            heard = stt.transcribe_blocking(read[begin - RATE // 5 : end + RATE // 5])
             row[f"user{index}_wer"] = word_error_rate(reference, heard)
         return row
 

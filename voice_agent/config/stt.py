@@ -46,6 +46,14 @@ class SttSettings:
         "would need another is dropped. At most --stt-workers.",
         "stt",
     )
+    # On: nobody waits for a partial yet, and on a busy machine it took the cores that other sessions'
+    # finals and answers wait for (engines/priority.py, docs/results/capacity.md).
+    stt_background_partials: bool = option(
+        True,
+        "Partial transcripts run on Whisper copies of their own, on threads the OS runs only when a core is "
+        "otherwise idle (Linux SCHED_IDLE); off: at ordinary priority, on the finals' workers.",
+        "stt",
+    )
 
     # One VAD window: the held answer's first audio, not the end-of-turn silence, is what
     # the user waits for after a question, and it cannot start before this transcript.

@@ -28,6 +28,10 @@ calls, and a bystander's question waited 17 s behind them. So:
   one that would need more is dropped, so that with many sessions speaking the
   other workers stay free for finals, which a running call would delay (a call
   cannot be interrupted), and the cores for the stages after them.
+- **Partials apart.** With a backend that runs partials on workers of their
+  own, in the OS's background class (``transcribe_partial``, engines/priority.py),
+  a running partial holds none of the finals' workers: starved of cores
+  there, it would otherwise keep a final waiting.
 
 :class:`STTScheduler` decides, without I/O and on an injected clock;
 :class:`STTQueue` runs its decisions on the event loop.
@@ -95,9 +99,11 @@ class STTScheduler:
         burst_s: float,
         clock: Callable[[], float] = time.monotonic,
         partial_workers: int | None = None,
+        partials_apart: bool = False,
     ):
         self.workers = workers
         self.partial_workers = workers if partial_workers is None else max(1, min(partial_workers, workers))
+        self.partials_apart = partials_apart  # partials run on workers of their own, not on these
         self.rate = rate
         self.burst_s = burst_s
         self._clock = clock
@@ -130,10 +136,12 @@ class STTScheduler:
 
     def pop(self) -> Job | None:
         """The job to start now, marked started; None when every worker is busy or nothing may start yet."""
-        if self._running >= self.workers:
+        partials_running = sum(1 for a in self._accounts.values() for j in a.running if j.kind is Kind.PARTIAL)
+        finals_full = self._running - (partials_running if self.partials_apart else 0) >= self.workers
+        partials_full = partials_running >= self.partial_workers or (finals_full and not self.partials_apart)
+        if finals_full and partials_full:
             return None
         now = self._clock()
-        partials_running = sum(1 for a in self._accounts.values() for j in a.running if j.kind is Kind.PARTIAL)
         best: tuple[tuple, Job, _Account] | None = None
         for account in self._accounts.values():
             self._refill(account, now)
@@ -141,7 +149,7 @@ class STTScheduler:
             for job in account.queued:
                 if job.kind is not Kind.PARTIAL and left < 0:
                     continue  # over budget: waits for the bucket to refill
-                if job.kind is Kind.PARTIAL and partials_running >= self.partial_workers:
+                if partials_full if job.kind is Kind.PARTIAL else finals_full:
                     continue
                 key = (
                     job.kind is Kind.PARTIAL,
@@ -260,9 +268,10 @@ class STTQueue:
         burst_s: float = 10.0,
         clock: Callable[[], float] = time.monotonic,
         partial_workers: int | None = None,
+        partials_apart: bool = False,
     ):
         self._backend = backend
-        self._scheduler = STTScheduler(workers, rate, burst_s, clock, partial_workers)
+        self._scheduler = STTScheduler(workers, rate, burst_s, clock, partial_workers, partials_apart)
         self._clock = clock
         self._futures: dict[Job, asyncio.Future[Any]] = {}
         self._running: set[asyncio.Task] = set()
@@ -332,6 +341,8 @@ class STTQueue:
         try:
             if job.kind is Kind.CHECK:
                 result: Any = await backend.read(job.audio)
+            elif job.kind is Kind.PARTIAL:
+                result = await getattr(backend, "transcribe_partial", backend.transcribe)(job.audio)
             else:
                 result = await backend.transcribe(job.audio)
         except Exception as exc:  # handed to whoever waits for it

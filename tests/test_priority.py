@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from voice_agent.engines.priority import background_executor, in_background, in_background_class
+from voice_agent.engines.priority import in_background, in_background_class
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "SCHED_IDLE"), reason="no SCHED_IDLE on this OS")
 
@@ -34,12 +34,3 @@ def test_a_failed_build_raises_in_the_caller():
 
     with pytest.raises(ValueError, match="no such model"):
         in_background(build)
-
-
-def test_a_background_pool_runs_its_work_in_the_idle_class():
-    pool = background_executor(2, "test-background")
-    try:
-        assert all(pool.submit(in_background_class).result() for _ in range(4))
-    finally:
-        pool.shutdown()
-    assert not in_background_class()

@@ -46,6 +46,7 @@ async def test_background_partials_read_the_same_words_on_threads_of_the_idle_cl
 
     from tests.speech import SHARED_AUDIO
     from voice_agent.audio import resample
+    from voice_agent.engines.priority import in_background_class
     from voice_agent.engines.stt import SAMPLE_RATE, WhisperSTT
 
     def idle_threads() -> int:
@@ -61,7 +62,8 @@ async def test_background_partials_read_the_same_words_on_threads_of_the_idle_cl
         assert "fellow Americans" in words
         assert await stt.transcribe_partial(audio) == words
         if hasattr(os, "SCHED_IDLE"):
-            # CTranslate2's workers of both copies and their OpenMP threads, and the pool's thread.
+            # CTranslate2's workers of both copies, and the OpenMP thread of the encoder's.
             assert idle_threads() - before >= 3
+            assert not in_background_class()  # the calling threads hold the GIL: never in the idle class
     finally:
         await stt.close()

@@ -14,6 +14,13 @@ A thread's scheduling class is inherited by the threads it creates, so an
 engine built in a background thread (CTranslate2 starts its worker threads,
 and OpenMP its team, from there) computes in the background too.
 
+Only code that runs without Python's GIL may compute there: a background
+thread that holds the GIL when it loses its core (and, on a busy machine, it
+may not get one back for a long while) stops every Python thread, the event
+loop among them. CTranslate2's workers compute in C++ without it, so an engine
+built here computes in the background, while the Python thread that calls it
+stays ordinary, and waits for it without the GIL.
+
 An unprivileged thread cannot leave ``SCHED_IDLE`` (``RLIMIT_NICE`` is 0 by
 default), so work is never moved between classes: background work has threads
 and engine copies of its own. Work that the critical path may come to wait for
@@ -27,7 +34,6 @@ import logging
 import os
 import threading
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
 T = TypeVar("T")
@@ -68,11 +74,6 @@ def in_background(build: Callable[[], T]) -> T:
     if error:
         raise error[0]
     return result[0]
-
-
-def background_executor(workers: int, name: str) -> ThreadPoolExecutor:
-    """A pool whose threads are in the background class."""
-    return ThreadPoolExecutor(workers, thread_name_prefix=name, initializer=enter_background)
 
 
 def in_background_class() -> bool:

@@ -38,8 +38,8 @@ segments of the twelve AMI excerpts, a quiet "Okay." among them, and a turn
 dropped is a user ignored (docs/turn-taking.md).
 
 Partial transcripts (``background_partials``) run on copies of the models
-built in the OS's background scheduling class (:mod:`.priority`), with workers
-of their own: while the user is still speaking nobody waits for them, and on
+built in the OS's background scheduling class (:mod:`.priority`), whose
+CTranslate2 workers compute there, with workers of their own: while the user is still speaking nobody waits for them, and on
 a busy machine they get only the cycles that other sessions' finals, answers
 and speech leave. Their own workers, because a call cannot be interrupted:
 starved in the background, it must not hold a worker that a final waits for.
@@ -58,7 +58,7 @@ import numpy as np
 
 from .. import log as logs
 from .interfaces import Reading
-from .priority import background_executor, in_background
+from .priority import in_background
 
 log = logging.getLogger(__name__)
 
@@ -132,7 +132,8 @@ class WhisperSTT:
         self.background_partials = background_partials and device == "cpu"
         if self.background_partials:
             self._partial_models = in_background(lambda: models(partial_workers))
-            self._partial_executor = background_executor(partial_workers, "stt-partial")
+            # Ordinary threads: they hold the GIL for the features, and wait for the copies' workers without it.
+            self._partial_executor = ThreadPoolExecutor(partial_workers, thread_name_prefix="stt-partial")
         self.beam_size = beam_size
         self.language = language or None
         self.window_s = min(window_s, FULL_WINDOW_S)

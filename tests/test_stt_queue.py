@@ -320,3 +320,20 @@ async def test_the_queue_hands_partials_to_the_backends_own_way_for_them():
     assert await session.partial(samples(3)) == "3 samples so far"
     assert await session.transcribe(samples(4)) == "4 samples"
     assert stt.partials == [3] and stt.read_lengths == [4]
+
+
+@pytest.mark.parametrize("apart", [False, True])
+def test_a_partial_on_workers_apart_costs_its_session_no_budget_however_long_it_ran(apart):
+    clock = Clock()
+    s = STTScheduler(2, 0.5, 1.0, clock, partial_workers=1, partials_apart=apart)
+    partial = s.submit("a", Kind.PARTIAL, samples(1)).job
+    assert s.pop() is partial
+    clock.now += 3  # starved of cores in the idle class: long on the clock, little work
+    final = s.submit("a", Kind.FINAL, samples(2)).job
+    # Apart, nothing is charged and the final starts; sharing the workers, the session's 1 s bucket owes 2 s
+    # while the partial runs, and its final waits for the refill.
+    assert s.pop() is (final if apart else None)
+    s.finish(partial)
+    assert s.budget_left("a") == pytest.approx(1.0 if apart else -2.0)
+    if not apart:
+        assert s.wake_at() == pytest.approx(clock.now + 4)  # 2 s owed at 0.5 a second

@@ -31,7 +31,11 @@ calls, and a bystander's question waited 17 s behind them. So:
 - **Partials apart.** With a backend that runs partials on workers of their
   own, in the OS's background class (``transcribe_partial``, engines/priority.py),
   a running partial holds none of the finals' workers: starved of cores
-  there, it would otherwise keep a final waiting.
+  there, it would otherwise keep a final waiting. Nor is it charged to the
+  session's budget: it runs on cores nothing else wanted, so it took no one's
+  share, and its time on the clock, long when it is starved, says nothing of
+  its cost (charged, one starved partial put a session seconds in debt, and
+  its next final waited seconds for the refill).
 
 :class:`STTScheduler` decides, without I/O and on an injected clock;
 :class:`STTQueue` runs its decisions on the event loop.
@@ -180,9 +184,14 @@ class STTScheduler:
         account = self._accounts.get(job.session)
         if account is not None:
             self._refill(account, now)
-            account.level -= took
+            if self._charged(job):
+                account.level -= took
             account.running.remove(job)
         return took
+
+    def _charged(self, job: Job) -> bool:
+        """Whether ``job``'s time counts against its session's budget: not a partial on workers apart."""
+        return not (self.partials_apart and job.kind is Kind.PARTIAL)
 
     def withdraw(self, job: Job) -> bool:
         """Take ``job`` out of the queue (nobody waits for it any more); False if it started already."""
@@ -203,8 +212,9 @@ class STTScheduler:
         times = []
         for account in self._accounts.values():
             self._refill(account, now)
-            # With a call running, its end decides: it is charged then, and the queue looks again.
-            if account.level < 0 and not account.running and any(j.kind is not Kind.PARTIAL for j in account.queued):
+            # With a charged call running, its end decides: it is charged then, and the queue looks again.
+            charging = any(self._charged(job) for job in account.running)
+            if account.level < 0 and not charging and any(j.kind is not Kind.PARTIAL for j in account.queued):
                 times.append(now - account.level / self.rate)
         return min(times, default=None)
 
@@ -239,7 +249,9 @@ class STTScheduler:
         cannot start more at once than its budget covers."""
         if self.rate <= 0:
             return account.level
-        return account.level - sum(now - job.started for job in account.running if job.started is not None)
+        return account.level - sum(
+            now - job.started for job in account.running if job.started is not None and self._charged(job)
+        )
 
     def _refill(self, account: _Account, now: float) -> None:
         if self.rate <= 0:  # no budget: every session's bucket stays full

@@ -337,3 +337,17 @@ def test_a_partial_on_workers_apart_costs_its_session_no_budget_however_long_it_
     assert s.budget_left("a") == pytest.approx(1.0 if apart else -2.0)
     if not apart:
         assert s.wake_at() == pytest.approx(clock.now + 4)  # 2 s owed at 0.5 a second
+
+
+def test_a_session_in_debt_wakes_for_its_refill_while_only_a_partial_apart_runs():
+    clock = Clock()
+    s = STTScheduler(2, 0.5, 1.0, clock, partial_workers=1, partials_apart=True)
+    partial = s.submit("a", Kind.PARTIAL, samples(1)).job
+    assert s.pop() is partial
+    s.submit("a", Kind.FINAL, samples(2))
+    run(s, clock, 2.0)  # the final leaves 1 s owed; the partial goes on running
+    final = s.submit("a", Kind.FINAL, samples(3)).job
+    assert s.pop() is None  # in debt: the final waits for the refill...
+    assert s.wake_at() == pytest.approx(clock.now + 2)  # ...which the running partial, never charged, does not delay
+    clock.now += 2
+    assert s.pop() is final

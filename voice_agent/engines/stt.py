@@ -39,10 +39,11 @@ dropped is a user ignored (docs/turn-taking.md).
 
 Partial transcripts (``background_partials``) run on copies of the models
 built in the OS's background scheduling class (:mod:`.priority`), whose
-CTranslate2 workers compute there, with workers of their own: while the user is still speaking nobody waits for them, and on
-a busy machine they get only the cycles that other sessions' finals, answers
-and speech leave. Their own workers, because a call cannot be interrupted:
-starved in the background, it must not hold a worker that a final waits for.
+CTranslate2 workers compute there: while the user is still speaking nobody
+waits for them, and on a busy machine they get only the cycles that other
+sessions' finals, answers and speech leave. Workers of their own, because a
+call cannot be interrupted: starved in the background, it must not hold a
+worker that a final waits for.
 """
 
 from __future__ import annotations

@@ -32,8 +32,8 @@ async def test_waiting_input_is_taken_once_and_only_its_words():
     h = Harness()
     control = h.session.control
     control.handle(UserText("Table for two."))
-    control.add_input("  ")
-    control.add_input("At eight.")
+    control.items.add_text("  ")
+    control.items.add_text("At eight.")
     assert h.of(UserTextAdded) == [UserTextAdded("Table for two.")]
     assert control.take_ready_input() == "Table for two. At eight."
     assert control.take_ready_input() == ""
@@ -70,7 +70,7 @@ async def test_start_options_set_the_prompt_and_an_update_reports_the_settings_i
     h = Harness()
     control = h.session.control
     control.start(SessionStarted(16000, {"system_prompt": "  Be brief.  "}))
-    assert h.session.system_prompt == "Be brief."
+    assert h.session.conversation.system_prompt == "Be brief."
     control.handle(SessionUpdate(instructions="Be a pirate.", voice="nobody", max_output_tokens=12))
     assert h.of(Error)[-1].code == "invalid_voice"
     config = h.of(SessionConfig)[-1]

@@ -417,7 +417,7 @@ async def test_a_tts_failure_is_reported_once_without_an_apology_loop():
     await asyncio.sleep(0.3)
     codes = [e.code for e in h.of(Error)]
     assert codes == ["reply_failed", "reply_failed"]  # the answer, then the apology; nothing more
-    assert h.session.state is FloorState.LISTENING
+    assert h.session.floor.state is FloorState.LISTENING
     await h.session.close()
 
 

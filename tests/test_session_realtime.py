@@ -93,9 +93,9 @@ async def test_session_update_applies_to_this_session_only_and_reports_the_resul
     assert (h.settings.end_silence_ms, h.settings.vad_threshold, h.settings.system_prompt) == (
         600,
         0.5,
-        other.system_prompt,
+        other.conversation.system_prompt,
     )
-    assert other.settings is h.settings and other.system_prompt != "Be a pirate."
+    assert other.settings is h.settings and other.conversation.system_prompt != "Be a pirate."
     await h.session.close()
     await other.close()
 

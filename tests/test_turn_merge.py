@@ -34,7 +34,7 @@ async def test_speech_before_the_answer_is_heard_merges_with_the_answered_turn()
     assert h.session.merge.unanswered_start([]) == answered.turn_start
     start, over_agent = h.session.merge.begin_turn(answered.turn_start + 20000)
     assert (start, over_agent) == (answered.turn_start, False)
-    assert h.session.state is FloorState.LISTENING
+    assert h.session.floor.state is FloorState.LISTENING
     assert [e.merged for e in h.of(TurnIgnored)] == [True]
     assert not h.of(ResponseEnded)  # told once the new turn is announced
     await h.session.close()
@@ -54,7 +54,7 @@ async def test_within_the_grace_the_answer_pauses_and_withdrawing_it_reports_the
     turn = a_turn(h, answered.turn_start + 20000)
     h.session.merge.withdraw(turn, answered.turn_start)
     assert turn.start == answered.turn_start and not turn.may_withdraw
-    assert h.session.state is FloorState.LISTENING and h.of(Clear)
+    assert h.session.floor.state is FloorState.LISTENING and h.of(Clear)
     withdrawn = [m.values for m in h.of(Metrics) if m.values.get("withdrawn")]
     assert len(withdrawn) == 1 and withdrawn[0]["overlap_ms"] > 0
     assert round(h.session.merge.overlap_ms_total, 1) == withdrawn[0]["overlap_total_ms"]

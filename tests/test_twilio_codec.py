@@ -594,7 +594,7 @@ async def test_the_session_takes_the_call_options_and_waits_without_a_greeting()
         TwilioCaller(SID, CALL, {"system_prompt": "Be brief."}).start()
     )
     h.session.handle(event)
-    assert h.session.sample_rate == 8000 and h.session.system_prompt == "Be brief."
+    assert h.session.sample_rate == 8000 and h.session.conversation.system_prompt == "Be brief."
     await asyncio.sleep(0.1)
     assert h.events == []
 

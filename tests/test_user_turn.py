@@ -30,10 +30,10 @@ class HeldReply:
         await asyncio.sleep(10)
 
 
-def a_turn(stt) -> UserTurn:
+def a_turn(stt, **kwargs) -> UserTurn:
     timeline = AudioTimeline(clock=lambda: 0.0)
     timeline.append(np.zeros(16000, np.float32))
-    return UserTurn(1, 1000, 1000 + 10 * WINDOW, speech_ms=320, over_agent=False, timeline=timeline, stt=stt)
+    return UserTurn(1, 1000, 1000 + 10 * WINDOW, speech_ms=320, over_agent=False, timeline=timeline, stt=stt, **kwargs)
 
 
 async def test_the_speculative_transcript_serves_as_the_final_one_while_no_speech_follows():
@@ -93,9 +93,8 @@ class ReadingLLM:
 async def test_the_turn_tells_when_its_speculative_transcript_and_each_signal_come_in():
     from voice_agent.turn_taking.turn_signals import PauseSignals
 
-    turn = a_turn(CountingSTT())
     news: list[str] = []
-    turn.on_news = lambda: news.append("news")
+    turn = a_turn(CountingSTT(), on_news=lambda _: news.append("news"))
     turn.speculate()
     assert news == []
     await asyncio.sleep(0.01)

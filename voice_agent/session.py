@@ -51,7 +51,6 @@ from .turn_taking.floor import (
     Drop,
     Finish,
     Floor,
-    FloorState,
     Play,
     Prepare,
     Resume,
@@ -86,7 +85,7 @@ class Session:
         agent: AgentSession | None = None,
     ):
         self.engines = engines
-        self.settings = settings
+        self.settings = settings  # the server's, as this session's client changed them (ClientControl)
         self.id = session_id
         self.agent = agent  # None: the plain assistant, and none of the agent's work on any path
         self.clock = clock
@@ -97,7 +96,14 @@ class Session:
         self.floor = Floor(self.emit, self._cut_off)
         self.stt = engines.stt_queue.session(session_id)  # this session's Whisper calls, in turn with the others'
         self.listener = Listener(settings, engines.vad.stream(), lambda: self.stt, self.emit, self, session_id, clock)
-        self.merge = TurnMerge(self)
+        self.merge = TurnMerge(
+            self.floor,
+            self.emit,
+            clock,
+            lambda: self.settings.reply_grace_ms,
+            lambda: self.interruptions.echo_comes_back,
+            session_id,
+        )
         self.conversation = Conversation.from_settings(
             settings, lambda messages: self.engines.llm.prefill(messages), session_id, token_counter(engines.llm)
         )
@@ -106,7 +112,24 @@ class Session:
         self.replies = ReplyFactory(
             engines, lambda: self.settings, lambda: self.sample_rate, self.emit, agent, session_id, clock
         )
-        self.control = ClientControl(self, settings)
+        self.control = ClientControl(
+            settings,
+            engines,
+            self.listener,
+            self.stt,
+            self.conversation,
+            self.replies,
+            self.floor,
+            self.emit,
+            agent,
+            self.say,
+            self.commit,
+            self.start_answer,
+            self.play,
+            self._use_settings,
+            session_id,
+            clock,
+        )
         self._input_seen = False
         self.closed = False
 
@@ -120,9 +143,8 @@ class Session:
 
         return send_noted
 
-    @property
-    def state(self) -> FloorState:
-        return self.floor.state
+    def _use_settings(self, settings: Settings) -> None:
+        self.settings = settings
 
     @property
     def answering(self) -> bool:
@@ -145,10 +167,6 @@ class Session:
     @property
     def history(self) -> list[Message]:
         return self.conversation.history
-
-    @property
-    def system_prompt(self) -> str:
-        return self.conversation.system_prompt
 
     # Input.
 
@@ -234,9 +252,7 @@ class Session:
 
         A turn that may withdraw the answer (the user going on in the grace) waits for the end of the user's
         sentence, unless its speech stopped short of a barge-in check where the agent's echo may be in it: a
-        blip of its own echo that paused an answer as it began (a speakerphone call's start, the echo's path not
-        yet known), read as the agent's words, held it silent for 2.2 s, until a telling's end
-        (scripts/bargein_eval's echo rig)."""
+        blip of echo must not hold the agent silent until a sentence's end."""
         if not turn.over_agent or self.reply is None:
             return False
         if not turn.may_withdraw:
@@ -251,8 +267,7 @@ class Session:
 
     def announce(self, turn: UserTurn) -> None:
         """Tell the client a user turn began; over the agent, only once it interrupts."""
-        if not turn.announced:
-            turn.announced = True
+        if turn.announce():
             self.emit(SpeechStarted(turn.id, turn.start * 1000 // PIPELINE_RATE))
         self.floor.transition(Announced())
 
@@ -271,8 +286,7 @@ class Session:
             self._remember(reply, "", interrupted=True)  # its tool calls happened: they stay in the history
 
     def commit(self, turn: UserTurn) -> None:
-        if self.listener.turn is turn:
-            self.listener.turn = None
+        self.listener.committed(turn)
         if self.reply is not None:  # SPEAKING
             if turn.barge_check is not None and not turn.barge_check.done():
                 self.interruptions.reading(turn, turn.barge_check)
@@ -300,7 +314,7 @@ class Session:
         """Make a new answer the one under way (to ``turn``), and run its preparation and playing."""
         self.control.answer_begins()
         answer = Answer(None) if turn is None else Answer(turn.start, turn.id)
-        answer.task = asyncio.create_task(run(answer))
+        answer.start(run)
         self.floor.transition(Prepare(answer))
 
     async def _respond(self, answer: Answer, turn: UserTurn, metrics: TurnMetrics) -> None:
@@ -332,7 +346,7 @@ class Session:
             self.agent.user_turn(text, (turn.speech_start / PIPELINE_RATE, turn.last_speech / PIPELINE_RATE))
         if not self.control.turn_detection.create_response:
             self.floor.transition(Drop(answer))
-            self.control.add_input(text)  # answered when the client asks for a response
+            self.control.items.add_text(text)  # answered when the client asks for a response
             return
         if typed := self.control.take_ready_input():  # text the client added since the last answer comes first
             text = f"{typed} {text}"

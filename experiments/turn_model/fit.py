@@ -19,7 +19,7 @@ Held out by recording: AMI dev* and tst*, JFK, and every third synthetic turn
 Brier score and reliability in 5 bins, the AUC without each input added for
 the first fit's failures, and the decision against the rules
 (``--turn-decision rules``), both as the server makes them with the default
-settings (``listener.turn_detector``: its 200 ms floor, 2 s fallback and 2 s
+settings (``turn_detection.turn_detector``: its 200 ms floor, 2 s fallback and 2 s
 telling), as pauses and paused turns cut into against the wait at turn ends,
 overall and per source, per cut-in cost.
 
@@ -42,11 +42,11 @@ import numpy as np
 from prosody import prosody  # experiments/turn_model/prosody.py: tried, not used (it did not help)
 
 from voice_agent.config import Settings
-from voice_agent.turn_taking.listener import turn_detector
+from voice_agent.engines.vad import WINDOW, WINDOW_MS
 from voice_agent.replay import real_turns, vad_pauses
 from voice_agent.replay.script import load_audio
-from voice_agent.engines.vad import WINDOW, WINDOW_MS
 from voice_agent.turn_taking.turn import TurnSignals
+from voice_agent.turn_taking.turn_detection import turn_detector
 from voice_agent.turn_taking.turn_model import FEATURES, MODEL_PATH, TurnModel, features
 
 RATE = 16000

@@ -2,7 +2,7 @@
 
 The pauses and their cached signals are fit.py's (run it first, with the same --cache); the LLM read
 them without the agent's words. For each threshold, the rules as the server makes them
-(``listener.turn_detector``, default settings but a told statement answered at the complete silence,
+(``turn_detection.turn_detector``, default settings but a told statement answered at the complete silence,
 no pause habit) decide every pause: the threshold is chosen on the synthetic and words groups (the
 loosest that cuts into no more paused turns than the rules without it) and checked on the real
 recordings (AMI and JFK), which the choice does not see.
@@ -21,7 +21,7 @@ import fit  # experiments/turn_model/fit.py: the labelled pauses and their signa
 
 from voice_agent.config import Settings
 from voice_agent.turn_taking import turn
-from voice_agent.turn_taking.listener import turn_detector
+from voice_agent.turn_taking.turn_detection import turn_detector
 
 THRESHOLDS = (-1.2, -1.5, -2.0, -2.5, -3.0, -4.0)
 CHOOSE = ("synthetic", "words")

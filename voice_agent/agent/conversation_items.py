@@ -1,6 +1,7 @@
 """The conversation's items a Realtime client acts on by id: it may truncate an answer to what it played,
 delete an answer, a message it added or text still waiting for a response, retrieve one, add messages to the
-history, and give its functions' outputs (client_tools.py)."""
+history, and give its functions' outputs (client_tools.py). The user input waiting for a response (typed
+text, turns the client commits or answers itself) is held here too."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from ..config import Settings
 from ..engines.llm.base import Message
 from ..printable import printable
 from ..protocols.events import (
@@ -24,13 +26,15 @@ from ..protocols.events import (
     OutputEvent,
     Truncated,
     TruncateRequest,
+    UserText,
+    UserTextAdded,
 )
 from ..reply.pipeline import Reply
 from .client_tools import ClientCalls
 from .conversation import Conversation
 
 REMEMBERED_ANSWERS = 64  # answers a client may still truncate
-CONVERSATION_ITEM_EVENTS = (TruncateRequest, FunctionCallOutput, HistoryMessage, ItemRetrieve, ItemDelete)
+CONVERSATION_ITEM_EVENTS = (UserText, TruncateRequest, FunctionCallOutput, HistoryMessage, ItemRetrieve, ItemDelete)
 
 
 @dataclass
@@ -43,22 +47,24 @@ class _Spoken:
 
 
 class ConversationItems:
-    def __init__(self, conversation: Conversation, emit: Callable[[OutputEvent], None]):
+    def __init__(self, conversation: Conversation, emit: Callable[[OutputEvent], None], settings: Settings):
         self._conversation = conversation
         self._emit = emit
+        self._settings = settings
         self.calls = ClientCalls()
+        self._waiting: list[asyncio.Future[str]] = []  # user input not answered yet: text, committed turns
         # Items the client may delete: text waiting for a response, and the messages it added, by item id.
         self._texts: OrderedDict[str, asyncio.Future[str]] = OrderedDict()
         self._messages: OrderedDict[str, Message] = OrderedDict()
         self._spoken: OrderedDict[int, _Spoken] = OrderedDict()
 
     def handle(
-        self,
-        event: TruncateRequest | FunctionCallOutput | HistoryMessage | ItemRetrieve | ItemDelete,
-        pending: list[asyncio.Future[str]],
+        self, event: UserText | TruncateRequest | FunctionCallOutput | HistoryMessage | ItemRetrieve | ItemDelete
     ) -> None:
-        """One of ``CONVERSATION_ITEM_EVENTS``; ``pending``: the user input still waiting for a response."""
-        if isinstance(event, TruncateRequest):
+        """One of ``CONVERSATION_ITEM_EVENTS``."""
+        if isinstance(event, UserText):
+            self._on_text(event)
+        elif isinstance(event, TruncateRequest):
             self._on_truncate(event)
         elif isinstance(event, FunctionCallOutput):
             self._on_function_output(event)
@@ -71,11 +77,53 @@ class ConversationItems:
         elif isinstance(event, ItemRetrieve):
             self._emit(ItemRetrieved(event.item_id, event.event_id))
         else:
-            self._on_delete(event, pending)
+            self._on_delete(event)
 
-    def text_added(self, item_id: str, text: asyncio.Future[str]) -> None:
-        """Typed text that waits for a response: deletable by ``item_id`` until then."""
-        _keep_recent(self._texts, item_id, text)
+    def _on_text(self, event: UserText) -> None:
+        """Typed text waits for a response: a bounded number of items, and of characters, so a client cannot
+        pile up work (and memory) the next answer would take all at once. Deletable by its item id until then."""
+        settings = self._settings
+        if 0 < settings.max_pending_items <= len(self._waiting):
+            message = f"{len(self._waiting)} items already wait for a response; ask for one first. Ignored"
+            self._emit(Error("too_many_pending_items", message, event.event_id))
+            return
+        waiting = sum(len(item.result()) for item in self._ready())
+        if 0 < settings.max_pending_chars < waiting + len(event.text):
+            message = f"over {settings.max_pending_chars} characters of text would wait for a response. Ignored"
+            self._emit(Error("pending_text_too_long", message, event.event_id))
+            return
+        _keep_recent(self._texts, event.item_id, self.add_text(event.text))
+        self._emit(UserTextAdded(event.text, event.item_id))
+
+    def _ready(self) -> list[asyncio.Future[str]]:
+        """User input waiting for an answer whose words are known already."""
+        return [item for item in self._waiting if item.done() and not item.cancelled() and item.exception() is None]
+
+    def add_text(self, text: str) -> asyncio.Future[str]:
+        """User words the client will ask a response to (typed text, a turn it answers itself)."""
+        future: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+        future.set_result(text)
+        return self.wait(future)
+
+    def wait(self, text: asyncio.Future[str]) -> asyncio.Future[str]:
+        """``text``, user input still being transcribed or known, waits for a response."""
+        self._waiting.append(text)
+        return text
+
+    def take_ready(self) -> list[str]:
+        """The user input waiting for an answer whose words are known already, taken off the queue."""
+        ready = self._ready()
+        self._waiting = [item for item in self._waiting if item not in ready]
+        return [item.result() for item in ready]
+
+    def take_waiting(self) -> list[asyncio.Future[str]]:
+        """All the user input waiting for an answer: a response answers it."""
+        waiting, self._waiting = self._waiting, []
+        return waiting
+
+    def close(self) -> None:
+        for item in self._waiting:
+            item.cancel()
 
     def playing(self, number: int, reply: Reply) -> None:
         """Answer ``number`` is the one the user hears: the client may truncate it from now on."""
@@ -91,11 +139,11 @@ class ConversationItems:
             if spoken.cut_s is not None and spoken.cut_s < reply.heard_s():
                 self._conversation.truncate(message, reply.text_until(spoken.cut_s))
 
-    def _on_delete(self, event: ItemDelete, pending: list[asyncio.Future[str]]) -> None:
+    def _on_delete(self, event: ItemDelete) -> None:
         """An answer heard and remembered, a message the client added, or text still waiting for a response."""
         text = self._texts.pop(event.item_id, None)
-        if text is not None and text in pending:
-            pending.remove(text)
+        if text is not None and text in self._waiting:
+            self._waiting.remove(text)
             self._emit(ItemDeleted(event.item_id))
             return
         spoken = self._spoken.get(event.response) if event.response is not None else None

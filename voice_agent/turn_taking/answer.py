@@ -12,7 +12,8 @@ from __future__ import annotations
 import asyncio
 import enum
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Coroutine, Iterable
+from typing import Any
 
 from ..reply.pipeline import Reply
 
@@ -47,9 +48,13 @@ class Answer:
         if reply is not None:
             self.attach(reply)
 
-    def attach(self, reply: Reply) -> None:
-        """``reply`` is the one the user hears: it flows unless a holder holds it."""
-        self.reply = reply
+    def start(self, run: Callable[[Answer], Coroutine[Any, Any, None]]) -> None:
+        """Run its preparation and playing, ``run(self)``, as its task."""
+        self.task = asyncio.create_task(run(self))
+
+    def attach(self, reply: Reply, number: int | None = None) -> None:
+        """``reply``, response ``number``, is the one the user hears: it flows unless a holder holds it."""
+        self.reply, self.number = reply, number
         reply.set_flowing(not self._holders)
 
     def pause(self, holder: Hold, why: str) -> bool:

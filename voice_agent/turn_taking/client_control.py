@@ -3,11 +3,13 @@
 At the start a client may set the prompt and a greeting (an agent's start
 hook decides instead where there is one). A Realtime client may change its
 own copy of the server's settings (session.update), commit or clear the audio
-it sent (manual turn taking), add text, ask for a response or cancel it, and
-declare functions it runs itself (client_tools.py); what it does to the
-conversation's items is :mod:`..agent.conversation_items`'. Turn taking and
+it sent (manual turn taking), ask for a response or cancel it, and declare
+functions it runs itself (client_tools.py); what it does to the conversation's
+items, and the input that waits for a response, is
+:mod:`..agent.conversation_items`'. Turn taking and
 the answer's life stay the session's and its floor's: this holds what the
-client asked for and calls the session to act on it.
+client asked for, and is handed the parts and the few session calls
+(``say``, ``commit``, ``start_answer``, ``play``) it acts through.
 """
 
 from __future__ import annotations
@@ -15,9 +17,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Callable, Coroutine
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -28,7 +31,7 @@ from ..agent.conversation_items import CONVERSATION_ITEM_EVENTS, ConversationIte
 from ..agent.reply_factory import ReplyFactory, TurnMetrics
 from ..audio import PIPELINE_RATE
 from ..config import Settings
-from ..engines.llm.base import Message, supports_tools
+from ..engines.llm.base import supports_tools
 from ..engines.loader import Engines
 from ..engines.stt_queue import SessionSTT
 from ..log import log_exception
@@ -36,17 +39,12 @@ from ..printable import printable
 from ..protocols.events import (
     AUTO,
     CLIENT_CANCELLED,
-    TURN_DETECTED,
     Error,
-    FunctionCallOutput,
-    HistoryMessage,
     IdleTimeout,
     InputClear,
     InputCleared,
     InputCommit,
     InputEvent,
-    ItemDelete,
-    ItemRetrieve,
     OutputEvent,
     ResponseCancel,
     ResponseRequest,
@@ -56,16 +54,14 @@ from ..protocols.events import (
     ToolChoice,
     ToolSchemas,
     Transcript,
-    TruncateRequest,
     TurnCommitted,
     TurnDetection,
     TurnIgnored,
-    UserText,
-    UserTextAdded,
     chosen_name,
 )
 from ..reply.pipeline import Reply
 from .answer import Answer
+from .floor import Floor, Yield
 from .listener import Listener
 from .turn import has_words
 from .turn_detection import turn_taking
@@ -80,95 +76,70 @@ CLIENT_CONTROL_EVENTS = (
     SessionUpdate,
     InputCommit,
     InputClear,
-    UserText,
     ResponseRequest,
     ResponseCancel,
-    TruncateRequest,
-    FunctionCallOutput,
-    HistoryMessage,
-    ItemRetrieve,
-    ItemDelete,
+    *CONVERSATION_ITEM_EVENTS,
 )
 
 
-class ControlledSession(Protocol):
-    """What a client's own requests read and change of the session, and how they start and stop answers."""
-
-    id: str
-    settings: Settings
-    engines: Engines
-    clock: Callable[[], float]
-    stt: SessionSTT
-    listener: Listener
-    conversation: Conversation
-    replies: ReplyFactory
-    agent: AgentSession | None
-    closed: bool
-    emit: Callable[[OutputEvent], None]
-
-    @property
-    def answer(self) -> Answer | None: ...
-
-    @property
-    def sample_rate(self) -> int: ...
-
-    @property
-    def answering(self) -> bool: ...
-
-    @property
-    def history(self) -> list[Message]: ...
-
-    def say(self, text: str) -> None: ...
-
-    def commit(self, turn: UserTurn) -> None: ...
-
-    def interrupt(self, reason: str = TURN_DETECTED) -> None: ...
-
-    def start_answer(
-        self, run: Callable[[Answer], Coroutine[Any, Any, None]], turn: UserTurn | None = None
-    ) -> None: ...
-
-    async def play(self, answer: Answer, reply: Reply, running: asyncio.Task) -> None: ...
-
-
 class ClientControl:
-    def __init__(self, session: ControlledSession, settings: Settings):
-        self._session = session
-        # session.update changes a copy of the server's settings, so other sessions never see it.
+    def __init__(
+        self,
+        settings: Settings,
+        engines: Engines,
+        listener: Listener,
+        stt: SessionSTT,
+        conversation: Conversation,
+        replies: ReplyFactory,
+        floor: Floor,
+        emit: Callable[[OutputEvent], None],
+        agent: AgentSession | None,
+        say: Callable[[str], None],
+        commit: Callable[[UserTurn], None],
+        start_answer: Callable[[Callable[[Answer], Coroutine[Any, Any, None]]], None],
+        play: Callable[[Answer, Reply, asyncio.Task], Coroutine[Any, Any, None]],
+        use_settings: Callable[[Settings], None],
+        session_id: str = "",
+        clock: Callable[[], float] = time.monotonic,
+    ):
+        # session.update changes a copy of the server's settings, handed to use_settings: other sessions never see it.
         self._server_settings = settings
-        self.voice = Path(getattr(session.engines.tts, "voice_path", "")).name.removesuffix(".onnx")
+        self._engines, self._listener, self._stt, self._conversation = engines, listener, stt, conversation
+        self._replies, self._floor, self._emit, self._agent = replies, floor, emit, agent
+        self._id, self._clock = session_id, clock
+        self._say, self._commit, self._start_answer, self._play = say, commit, start_answer, play
+        self._use_settings = use_settings
+        self.voice = Path(getattr(engines.tts, "voice_path", "")).name.removesuffix(".onnx")
         self.turn_detection = turn_taking(settings, TurnDetection()).in_effect
-        self._inputs: list[asyncio.Future[str]] = []  # user input not answered yet: text, committed turns
         self.tools: ToolSchemas = ()  # the client's functions (client_tools.py), and how the LLM may choose them
         self.tool_choice: ToolChoice = AUTO
-        self.items = ConversationItems(session.conversation, session.emit)
+        self.items = ConversationItems(conversation, emit, settings)
         self.calls = self.items.calls
         self._idle: asyncio.TimerHandle | None = None  # idle_timeout_ms: the wait for the user after an answer
+        self._closed = False
 
     def start(self, event: SessionStarted) -> None:
         """The client's start options: the sample rate, and a prompt and greeting unless an agent decides them."""
-        session = self._session
-        session.listener.set_sample_rate(event.sample_rate)
+        self._listener.set_sample_rate(event.sample_rate)
         if event.options.get("echo_cancelled") is True:
-            session.listener.client_cancels_echo()
-        if session.agent is not None:  # the agent's start hook decides what the client may change
-            session.agent.begin(event.options, self._agent_started)
+            self._listener.client_cancels_echo()
+        if self._agent is not None:  # the agent's start hook decides what the client may change
+            self._agent.begin(event.options, self._agent_started)
             return
         prompt = event.options.get("system_prompt")
         if isinstance(prompt, str) and prompt.strip():
-            session.conversation.system_prompt = prompt.strip()
+            self._conversation.system_prompt = prompt.strip()
         greeting = event.options.get("greeting")
         if isinstance(greeting, str) and greeting.strip():
-            session.say(greeting.strip())
+            self._say(greeting.strip())
 
     def _agent_started(self, context: CallContext) -> None:
         """The agent's start hook has decided this session's instructions and greeting."""
-        session = self._session
-        session.conversation.system_prompt = context.instructions
+        self._conversation.system_prompt = context.instructions
         # The hook runs off the event loop: a user who spoke or typed meanwhile is not cut off by the greeting.
-        spoken_to = session.answering or session.history or session.listener.turn is not None
+        spoken_to = self._floor.answer is not None or self._conversation.history or self._listener.turn is not None
         if context.greeting.strip() and not spoken_to:
-            session.say(context.greeting.strip())
+            self._say(context.greeting.strip())
 
     def handle(self, event: InputEvent) -> None:
         """One of ``CLIENT_CONTROL_EVENTS``."""
@@ -177,54 +148,26 @@ class ClientControl:
         elif isinstance(event, InputCommit):
             self._on_commit_request(event)
         elif isinstance(event, InputClear):
-            self._session.listener.clear()
-            self._session.emit(InputCleared())
-        elif isinstance(event, UserText):
-            self._on_text(event)
+            self._listener.clear()
+            self._emit(InputCleared())
         elif isinstance(event, ResponseRequest):
             self._on_response_request(event)
         elif isinstance(event, ResponseCancel):
-            self._on_cancel(event)
+            if self._floor.answer is None:
+                self._emit(Error("response_cancel_not_active", "there is no response to cancel", event.event_id))
+            else:
+                self._floor.transition(Yield(CLIENT_CANCELLED))
         elif isinstance(event, CONVERSATION_ITEM_EVENTS):
-            self.items.handle(event, self._inputs)
-
-    def _on_text(self, event: UserText) -> None:
-        """Typed text waits for a response: a bounded number of items, and of characters, so a client cannot
-        pile up work (and memory) the next answer would take all at once."""
-        settings = self._server_settings
-        if 0 < settings.max_pending_items <= len(self._inputs):
-            message = f"{len(self._inputs)} items already wait for a response; ask for one first. Ignored"
-            self._session.emit(Error("too_many_pending_items", message, event.event_id))
-            return
-        waiting = sum(len(item.result()) for item in self._ready())
-        if 0 < settings.max_pending_chars < waiting + len(event.text):
-            message = f"over {settings.max_pending_chars} characters of text would wait for a response. Ignored"
-            self._session.emit(Error("pending_text_too_long", message, event.event_id))
-            return
-        self.items.text_added(event.item_id, self.add_input(event.text))
-        self._session.emit(UserTextAdded(event.text, event.item_id))
-
-    def _ready(self) -> list[asyncio.Future[str]]:
-        """User input waiting for an answer whose words are known already."""
-        return [item for item in self._inputs if item.done() and not item.cancelled() and item.exception() is None]
-
-    def add_input(self, text: str) -> asyncio.Future[str]:
-        """User words the client will ask a response to (typed text, a turn it answers itself)."""
-        future: asyncio.Future[str] = asyncio.get_running_loop().create_future()
-        future.set_result(text)
-        self._inputs.append(future)
-        return future
+            self.items.handle(event)
 
     def take_ready_input(self) -> str:
         """The words of user input waiting for an answer that are known already, taken off the queue."""
-        ready = self._ready()
-        self._inputs = [item for item in self._inputs if item not in ready]
-        return " ".join(t for t in (item.result() for item in ready) if has_words(t))
+        return " ".join(text for text in self.items.take_ready() if has_words(text))
 
     def close(self) -> None:
+        self._closed = True
         self.user_speaks()
-        for item in self._inputs:
-            item.cancel()
+        self.items.close()
 
     def answer_begins(self) -> None:
         """A new answer begins: the client's calls still without an output get none, and no idle wait runs."""
@@ -246,148 +189,129 @@ class ClientControl:
 
     def _idle_timed_out(self) -> None:
         self._idle = None
-        session = self._session
-        if session.closed or session.answer is not None or session.listener.turn is not None:
+        if self._closed or self._floor.answer is not None or self._listener.turn is not None:
             return
-        session.emit(IdleTimeout(session.listener.timeline.received * 1000 // PIPELINE_RATE))
+        self._emit(IdleTimeout(self._listener.timeline.received * 1000 // PIPELINE_RATE))
         if self.turn_detection.create_response:  # the agent prompts the user, from the history as it stands
-            inputs, self._inputs = self._inputs, []
-            session.start_answer(lambda answer: self._answer_request(answer, inputs, ResponseRequest(), None))
+            inputs = self.items.take_waiting()
+            self._start_answer(lambda answer: self._answer_request(answer, inputs, ResponseRequest(), None))
 
     def _on_update(self, event: SessionUpdate) -> None:
-        session = self._session
-        if event.sample_rate is not None and event.sample_rate != session.sample_rate:
-            session.listener.set_sample_rate(event.sample_rate)
+        listener, replies = self._listener, self._replies
+        if event.sample_rate is not None and event.sample_rate != listener.sample_rate:
+            listener.set_sample_rate(event.sample_rate)
         if event.instructions is not None:
-            session.conversation.system_prompt = event.instructions
+            self._conversation.system_prompt = event.instructions
         if event.voice is not None and event.voice != self.voice:
             message = f"unknown voice {printable(event.voice)}; this server has {self.voice!r}, which the session keeps"
-            session.emit(Error("invalid_voice", message, event.event_id))
+            self._emit(Error("invalid_voice", message, event.event_id))
         if event.turn_detection is not None:
-            self._set_turn_detection(event.turn_detection)
+            taking = turn_taking(self._server_settings, event.turn_detection)
+            self._use_settings(taking.settings)
+            self.turn_detection = taking.in_effect
+            listener.configure(taking.settings, taking.preroll_samples, taking.manual)
         if event.max_output_tokens is not None:
-            session.replies.max_output_tokens = event.max_output_tokens
+            replies.max_output_tokens = event.max_output_tokens
         if event.noise_suppression is not None:
-            session.listener.suppress_noise(event.noise_suppression)
+            listener.suppress_noise(event.noise_suppression)
         if event.tools is not None or event.tool_choice is not None:
             offer = self._tool_offer(event.tools, event.tool_choice, event.event_id)
             if offer is not None:
                 self.tools, self.tool_choice = offer.schemas, offer.choice
-                session.replies.tools = offer if offer.schemas else None
-        session.emit(
+                replies.tools = offer if offer.schemas else None
+        self._emit(
             SessionConfig(
-                session.conversation.system_prompt,
+                self._conversation.system_prompt,
                 self.voice,
                 self.turn_detection,
-                session.replies.max_output_tokens,
-                session.sample_rate,
+                replies.max_output_tokens,
+                listener.sample_rate,
                 self.tools,
                 self.tool_choice,
-                session.listener.noise_suppression,
+                listener.noise_suppression,
             )
         )
 
     def _tool_offer(self, tools: ToolSchemas | None, choice: ToolChoice | None, event_id: str) -> ToolOffer | None:
         """The client's functions, with what it left out as the session has it; None, and an error, if refused."""
-        session = self._session
         offer = ToolOffer(self.tools if tools is None else tools, self.tool_choice if choice is None else choice)
-        taken = offer.names & session.agent.tool_names() if session.agent is not None else set()
+        taken = offer.names & self._agent.tool_names() if self._agent is not None else set()
         if taken:
             message = f"the server's own tools are named {', '.join(sorted(taken))}: give yours other names. Ignored"
-            session.emit(Error("tool_name_conflict", message, event_id))
+            self._emit(Error("tool_name_conflict", message, event_id))
             return None
         forced = chosen_name(offer.choice)
         if forced is not None and forced not in offer.names:
             message = f"tool_choice names {printable(forced)}, which is not one of the tools. Ignored"
-            session.emit(Error("invalid_value", message, event_id))
+            self._emit(Error("invalid_value", message, event_id))
             return None
-        if offer.schemas and not supports_tools(session.engines.llm):
+        if offer.schemas and not supports_tools(self._engines.llm):
             message = (
-                f"this server's LLM ({session.engines.llm.name}) cannot call tools: answers are given without "
+                f"this server's LLM ({self._engines.llm.name}) cannot call tools: answers are given without "
                 "them. A server run with --llm openai, against an endpoint that returns tool calls, can"
             )
-            session.emit(Error("tools_unsupported", message, event_id))
+            self._emit(Error("tools_unsupported", message, event_id))
         return offer
 
-    def _set_turn_detection(self, detection: TurnDetection) -> None:
-        taking = turn_taking(self._server_settings, detection)
-        self._session.settings = taking.settings
-        self._session.listener.configure(taking.settings, taking.preroll_samples, taking.manual)
-        self.turn_detection = taking.in_effect
-
     def _on_commit_request(self, event: InputCommit) -> None:
-        session = self._session
-        listener = session.listener
+        listener = self._listener
         if not listener.manual:
             if listener.turn is None:
-                session.emit(Error("input_audio_buffer_commit_empty", "no speech to commit", event.event_id))
+                self._emit(Error("input_audio_buffer_commit_empty", "no speech to commit", event.event_id))
             else:
-                session.commit(listener.turn)
+                self._commit(listener.turn)
             return
         span = listener.take_buffer()
         if span is None:
             message = "the input audio buffer holds less than 100 ms of audio"
-            session.emit(Error("input_audio_buffer_commit_empty", message, event.event_id))
+            self._emit(Error("input_audio_buffer_commit_empty", message, event.event_id))
             return
         turn_id = next(listener.turn_ids)
-        session.emit(TurnCommitted(turn_id, span[1] * 1000 // PIPELINE_RATE))
+        self._emit(TurnCommitted(turn_id, span[1] * 1000 // PIPELINE_RATE))
         audio = listener.timeline.slice(*span)
-        self._inputs.append(asyncio.create_task(self._transcribe_committed(turn_id, audio)))
+        self.items.wait(asyncio.create_task(self._transcribe_committed(turn_id, audio)))
 
     async def _transcribe_committed(self, turn_id: int, audio: np.ndarray) -> str:
         """The words of a turn the client committed; they are answered when it asks for a response."""
-        session = self._session
         try:
-            text = await session.stt.committed(audio)
+            text = await self._stt.committed(audio)
         except Exception:
-            log_exception(log, "session %s: transcription failed", session.id)
-            session.emit(Error("stt_failed", "transcription failed on the server"))
+            log_exception(log, "session %s: transcription failed", self._id)
+            self._emit(Error("stt_failed", "transcription failed on the server"))
             text = ""
         if text is None:  # the client's next commit came before Whisper read this one: it reads both
-            session.emit(TurnIgnored(turn_id, merged=True))
+            self._emit(TurnIgnored(turn_id, merged=True))
             return ""
         if has_words(text):
-            session.emit(Transcript("user", text, final=True))
+            self._emit(Transcript("user", text, final=True))
         else:
-            session.emit(TurnIgnored(turn_id))
+            self._emit(TurnIgnored(turn_id))
         return text
 
     def _on_response_request(self, event: ResponseRequest) -> None:
-        if self._session.answer is not None:
+        if self._floor.answer is not None:
             message = "a response is in progress; cancel it or wait for response.done"
-            self._session.emit(Error("conversation_already_has_active_response", message, event.event_id))
+            self._emit(Error("conversation_already_has_active_response", message, event.event_id))
             return
         offer = None
         if event.tools is not None or event.tool_choice is not None:
             if (offer := self._tool_offer(event.tools, event.tool_choice, event.event_id)) is None:
                 return
-        inputs, self._inputs = self._inputs, []
-        self._session.start_answer(lambda answer: self._answer_request(answer, inputs, event, offer))
+        inputs = self.items.take_waiting()
+        self._start_answer(lambda answer: self._answer_request(answer, inputs, event, offer))
 
     async def _answer_request(
         self, answer: Answer, inputs: list[asyncio.Future[str]], request: ResponseRequest, tools: ToolOffer | None
     ):
-        session = self._session
-        metrics = TurnMetrics(next(session.listener.turn_ids), speech_end=session.clock())
+        metrics = TurnMetrics(next(self._listener.turn_ids), speech_end=self._clock())
         texts = []
         for item in inputs:
             with contextlib.suppress(Exception):  # a failed transcription was reported already
                 texts.append(await item)
         text = " ".join(t for t in texts if has_words(t))
-        messages = session.conversation.messages_for(text, request.instructions)
-        reply = session.replies.new(
-            metrics.turn,
-            text,
-            session.engines.llm,
-            messages,
-            metrics,
-            max_tokens=request.max_output_tokens,
-            tools=tools,
+        messages = self._conversation.messages_for(text, request.instructions)
+        llm = self._engines.llm
+        reply = self._replies.new(
+            metrics.turn, text, llm, messages, metrics, max_tokens=request.max_output_tokens, tools=tools
         )
-        await session.play(answer, reply, asyncio.create_task(reply.run()))
-
-    def _on_cancel(self, event: ResponseCancel) -> None:
-        if self._session.answer is None:
-            self._session.emit(Error("response_cancel_not_active", "there is no response to cancel", event.event_id))
-            return
-        self._session.interrupt(CLIENT_CANCELLED)
+        await self._play(answer, reply, asyncio.create_task(reply.run()))

@@ -156,9 +156,9 @@ class Floor:
             case Prepare(new):
                 self.answer = new
             case Play(playing, reply) if playing is answer:
-                playing.number = next(self._numbers)
-                playing.attach(reply)
-                self._emit(ResponseStarted(playing.number))
+                number = next(self._numbers)
+                playing.attach(reply, number)
+                self._emit(ResponseStarted(number))
             case Pause(held, holder, why) if held is answer and held is not None and held.reply is not None:
                 held.pause(holder, why)
             case Resume(held, holders, why) if held is answer and held is not None:

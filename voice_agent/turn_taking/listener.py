@@ -29,10 +29,10 @@ from ..engines.vad import PREROLL_SAMPLES, WINDOW, WINDOW_MS
 from ..log import log_exception
 from ..protocols.events import OutputEvent, Transcript
 from .echo_canceller import input_canceller
-from .pause_habit import MIN_PAUSE_MS, PauseHabit
+from .pause_habit import MIN_PAUSE_MS
 from .timeline import AudioTimeline
-from .turn import Completeness, TurnDetector, TurnSignals, classify
-from .turn_model import default_model
+from .turn import Completeness, TurnSignals, classify
+from .turn_detection import turn_detector
 from .user_turn import UserTurn
 
 log = logging.getLogger(__name__)
@@ -54,13 +54,10 @@ MIN_COMMIT_SAMPLES = PIPELINE_RATE // 10  # a client commit needs 100 ms of audi
 def input_resampler(rate: int) -> StreamResampler:
     """Resamples a client's input at ``rate`` to the pipeline's rate, as it comes.
 
-    soxr's filters hand their output back in blocks: from 8 kHz input in 20 ms frames, its medium quality
-    gave nothing for five frames, then 108 ms at once, so a phone call's speech reached the VAD up to 100 ms
-    late (the barge-in eval over --transport twilio paused the agent 100 ms later than at 16 kHz). Upsampling
-    takes cubic interpolation, which has no look-ahead and gives each frame's samples at once; Whisper read
-    the AMI turns and the barge-in eval's words through a phone line no worse for it, and Silero heard them
-    the same. Downsampling keeps the medium filter: without it the band above 8 kHz folds into the speech,
-    and from 24 or 48 kHz its blocks are a frame or so.
+    Upsampling (a phone line's 8 kHz) takes cubic interpolation, which has no look-ahead and gives each
+    frame's samples at once: soxr's medium filter hands its output back in blocks of about 100 ms, so speech
+    would reach the VAD that late. Downsampling keeps the medium filter: without it the band above 8 kHz
+    folds into the speech, and from 24 or 48 kHz its blocks are a frame or so.
     """
     return StreamResampler(rate, PIPELINE_RATE, "QQ" if rate < PIPELINE_RATE else "MQ")
 
@@ -70,41 +67,31 @@ class TurnTaker(Protocol):
 
     def begin_turn(self, start: int) -> tuple[int, bool]:
         """Speech makes a turn from sample ``start``: where it really starts, and whether it is over the agent."""
-        ...
 
     def user_speaks(self, turn: UserTurn) -> None:
         """Another speech window of ``turn``."""
-        ...
 
     def speech_begins(self, start: int) -> None:
-        """A speech window before there is enough speech for a turn, its run from sample ``start``: the user
-        may be starting to speak."""
-        ...
+        """A speech window, its run from sample ``start``, before there is speech enough for a turn."""
 
     def speech_faded(self) -> None:
         """The speech since :meth:`speech_begins` ended too short to make a turn."""
-        ...
 
     def user_partial(self, turn: UserTurn, transcript: str) -> None:
         """A partial transcript of ``turn`` while the user speaks."""
-        ...
 
     def user_pauses(self, turn: UserTurn, transcript: str, stt_ms: float) -> None:
         """``turn``'s speculative final transcript is in, and the user is still silent."""
-        ...
 
     def commit(self, turn: UserTurn) -> None:
         """``turn`` is over."""
-        ...
 
     def holds_floor(self, turn: UserTurn) -> bool:
         """Whether ``turn`` is speech over the agent's answer that has not taken the floor from it."""
-        ...
 
     def kept_start(self) -> int | None:
         """The earliest sample that a turn which ended still needs: one whose answer may yet merge with the next
         turn, or one whose words are still being read."""
-        ...
 
     def hears_own_voice(self, start: int, end: int) -> bool:
         """Whether the input up to sample ``end`` is the agent's own output coming back; the speech that it
@@ -170,6 +157,11 @@ class Listener:
         if turn is not None:
             for task in turn.tasks():
                 task.cancel()
+
+    def committed(self, turn: UserTurn) -> None:
+        """``turn`` is committed: the next speech makes a new one."""
+        if self.turn is turn:
+            self.turn = None
 
     def take_buffer(self) -> tuple[int, int] | None:
         """Manual turns: the audio (start, end) since the last commit or clear, or None if under 100 ms."""
@@ -240,8 +232,8 @@ class Listener:
                     stt=self._stt(),
                     clock=self._clock,
                     speech_start=min(run_start, start + self._preroll),  # a merged turn's: its first part's
+                    on_news=self._on_news,
                 )
-                self.turn.on_news = lambda turn=self.turn: self._on_news(turn)
                 log.debug("session %s: turn %d starts", self._id, self.turn.id)
             if self.turn is not None:
                 self._learn_merge(self.turn)
@@ -307,7 +299,7 @@ class Listener:
             return
         if silence_ms >= self.settings.end_silence_complete_ms and self._turn_taker.holds_floor(turn):
             # A "yeah", a cough or words still being checked, over the agent: their end lets a paused agent go
-            # on, and its words wait for no end of a sentence ("And then..." held it paused for 2 s).
+            # on at once, not at the end of a sentence.
             self._turn_taker.commit(turn)
             return
         turn.speculate()
@@ -367,19 +359,3 @@ class Listener:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-
-
-def turn_detector(settings: Settings, habit: PauseHabit | None = None) -> TurnDetector:
-    """The end-of-turn decision that ``settings`` ask for (also what experiments/turn_model/fit.py compares)."""
-    return TurnDetector(
-        settings.end_silence_complete_ms,
-        settings.end_silence_ms,
-        settings.end_silence_incomplete_ms,
-        settings.max_turn_s,
-        settings.end_silence_confident_ms,
-        settings.end_silence_telling_ms,
-        habit,
-        settings.cut_in_cost if settings.turn_decision == "learned" else None,
-        default_model() if settings.turn_decision == "learned" else None,
-        settings.end_silence_told_ms,
-    )

@@ -3,7 +3,8 @@
 Pure: from the server's settings and the client's :class:`TurnDetection`, the
 session's own copy of the settings (VAD threshold, the three end-of-turn
 silences of :mod:`.turn`, preemptive generation), its pre-roll, and the
-detection in effect with every field filled in, for the client to see.
+detection in effect with every field filled in, for the client to see; and
+the end-of-turn decision that a copy of the settings asks for.
 """
 
 from __future__ import annotations
@@ -15,6 +16,9 @@ from ..audio import PIPELINE_RATE
 from ..config import Settings
 from ..engines.vad import PREROLL_SAMPLES
 from ..protocols.events import MANUAL, SEMANTIC_VAD, SERVER_VAD, TurnDetection
+from .pause_habit import PauseHabit
+from .turn import TurnDetector
+from .turn_model import default_model
 
 # semantic_vad's eagerness scales the cut-in cost and the rules' silences: with the
 # defaults "high" weighs a cut-in as 4.8 waits, "low" as 16.
@@ -67,3 +71,19 @@ def turn_taking(base: Settings, detection: TurnDetection) -> TurnTaking:
         threshold=threshold,
     )
     return TurnTaking(settings, preroll, detection.mode == MANUAL, in_effect)
+
+
+def turn_detector(settings: Settings, habit: PauseHabit | None = None) -> TurnDetector:
+    """The end-of-turn decision that ``settings`` ask for (also what experiments/turn_model/fit.py compares)."""
+    return TurnDetector(
+        settings.end_silence_complete_ms,
+        settings.end_silence_ms,
+        settings.end_silence_incomplete_ms,
+        settings.max_turn_s,
+        settings.end_silence_confident_ms,
+        settings.end_silence_telling_ms,
+        habit,
+        settings.cut_in_cost if settings.turn_decision == "learned" else None,
+        default_model() if settings.turn_decision == "learned" else None,
+        settings.end_silence_told_ms,
+    )

@@ -14,9 +14,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable
-from typing import Protocol
 
-from ..config import Settings
 from ..protocols.events import Metrics, OutputEvent, TurnIgnored
 from .answer import Answer, Hold
 from .floor import Floor, FloorState, HandOver, Pause, Resume, Withdraw
@@ -30,41 +28,32 @@ def held_at_onset(answer: Answer | None) -> bool:
     return answer is not None and answer.reply is not None and answer.held_by(Hold.GRACE_ONSET)
 
 
-class EchoWatch(Protocol):
-    @property
-    def echo_comes_back(self) -> bool: ...
-
-
-class GraceFloor(Protocol):
-    """What the graceful way out reads of the session, and the floor it posts to."""
-
-    id: str
-    settings: Settings
-    clock: Callable[[], float]
-    emit: Callable[[OutputEvent], None]
-    floor: Floor
-
-    @property
-    def interruptions(self) -> EchoWatch: ...
-
-
 class TurnMerge:
-    def __init__(self, session: GraceFloor):
-        self._session = session
+    def __init__(
+        self,
+        floor: Floor,
+        emit: Callable[[OutputEvent], None],
+        clock: Callable[[], float],
+        grace_ms: Callable[[], float],
+        echo_comes_back: Callable[[], bool],
+        session_id: str = "",
+    ):
+        self._floor, self._emit, self._clock, self._id = floor, emit, clock, session_id
+        self._grace_ms = grace_ms  # --reply-grace-ms, as the session has it
+        self._echo_comes_back = echo_comes_back  # the agent's own voice comes back in the input
         self.overlap_ms_total = 0.0  # agent voice heard by a user who was not done, over the session
         self._grace_taken: Answer | None = None  # the user went on within its grace: their turn may withdraw it
 
     def begin_turn(self, start: int) -> tuple[int, bool]:
         """Speech from sample ``start``: where its turn really starts, and whether it is over the agent."""
-        session = self._session
-        floor = session.floor
+        floor = self._floor
         answer = floor.answer
         if answer is not None and answer.heard_nothing:
             # The user went on before the agent said anything: one turn, not two.
             if answer.turn_start is not None:
                 start = answer.turn_start
             if answer.turn_id is not None:
-                session.emit(TurnIgnored(answer.turn_id, merged=True))
+                self._emit(TurnIgnored(answer.turn_id, merged=True))
             # The client hears of the new turn first, then of the answer it cancelled (Session.announce).
             floor.transition(Withdraw(report=False))
         elif self._in_grace() or held_at_onset(answer):
@@ -79,22 +68,20 @@ class TurnMerge:
         """In the grace, the first speech window pauses the answer, before there is speech enough for a turn
         (--vad-min-speech-ms): what the user hears of it, if they go on, is that much shorter. Whether the
         answer is paused at this onset, by this or an earlier window."""
-        floor = self._session.floor
-        answer = floor.answer
+        answer = self._floor.answer
         if answer is None or held_at_onset(answer):
             return answer is not None
         if not self._in_grace():
             return False
         if answer.paused:
             return False  # paused for something else, which will resume it
-        floor.transition(Pause(answer, Hold.GRACE_ONSET, "speech began within the grace"))
+        self._floor.transition(Pause(answer, Hold.GRACE_ONSET, "speech began within the grace"))
         return True
 
     def speech_faded(self) -> None:
         """The speech that paused the answer made no turn (a click, a breath): the answer goes on."""
-        floor = self._session.floor
-        if held_at_onset(floor.answer):
-            floor.transition(Resume(floor.answer, Hold.GRACE_ONSET, "the speech in the grace made no turn"))
+        if held_at_onset(self._floor.answer):
+            self._floor.transition(Resume(self._floor.answer, Hold.GRACE_ONSET, "the speech in the grace made no turn"))
 
     def take_grace(self, answer: Answer) -> bool:
         """Whether the user went on within ``answer``'s grace: true once, for the turn that did, which may
@@ -104,30 +91,25 @@ class TurnMerge:
 
     def _in_grace(self) -> bool:
         """Whether speech now means the user was not done: within the grace of the answer's first audio, in a
-        session whose own voice does not come back (its echo would withdraw every answer: paused in the grace
-        at the echo's first speech window, an answer of the echo rig's fell silent for 420 ms)."""
-        session = self._session
-        answer = session.floor.answer
+        session whose own voice does not come back (its echo's first speech window would pause every answer)."""
+        answer = self._floor.answer
         return (
             answer is not None
             and answer.reply is not None
-            and not session.interruptions.echo_comes_back
-            and answer.in_grace(session.clock(), session.settings.reply_grace_ms)
+            and not self._echo_comes_back()
+            and answer.in_grace(self._clock(), self._grace_ms())
         )
 
     def began_in_grace(self, turn: UserTurn) -> bool:
         """Whether ``turn``, over the answer where the agent's echo comes back, began within the grace of its
-        first audio: if it interrupts, the user was going on, not stopping the agent. The echo takes the grace's
-        pause away, and a question answered at its comma ("How did the restaurant start, ... and who is the
-        chef?") lost its first half to the barge-in: the agent answered "and who is the chef?" alone
-        (scripts/bargein_eval's echo rig). Timed from the speech's start, not from its turn's: the echo test
-        may hide the first speech windows. Without an echo, the turn that takes the grace's pause decides."""
-        session = self._session
-        answer = session.floor.answer
-        grace_ms = session.settings.reply_grace_ms
+        first audio: if it interrupts, the user was going on (a question answered at its comma is one
+        question), not stopping the agent. Timed from the speech's start, not its turn's: the echo test may
+        hide the first speech windows. Without an echo, the turn that takes the grace's pause decides."""
+        answer = self._floor.answer
+        grace_ms = self._grace_ms()
         if (
             not grace_ms
-            or not session.interruptions.echo_comes_back
+            or not self._echo_comes_back()
             or answer is None
             or answer.turn_start is None
             or answer.voiced_at is None
@@ -139,11 +121,10 @@ class TurnMerge:
         """The start of a committed turn's audio that may yet merge with one of ``turns`` (the live turn, and
         those still being read): one that began within the grace may withdraw the answer well past it, once
         its words are checked over the echo."""
-        session = self._session
-        answer = session.floor.answer
+        answer = self._floor.answer
         if answer is None or not (
             answer.heard_nothing
-            or answer.in_grace(session.clock(), session.settings.reply_grace_ms)
+            or answer.in_grace(self._clock(), self._grace_ms())
             or any(self.began_in_grace(turn) for turn in turns)
         ):
             return None
@@ -151,15 +132,14 @@ class TurnMerge:
 
     def withdraw(self, turn: UserTurn, answered_start: int) -> None:
         """The user was not done: the answer goes, and ``turn`` reaches back to ``answered_start``."""
-        session = self._session
-        answer, reply = session.floor.answer, session.floor.reply
+        answer, reply = self._floor.answer, self._floor.reply
         if answer is not None and answer.turn_id is not None:
-            session.emit(TurnIgnored(answer.turn_id, merged=True))  # its words are this turn's now
-        session.floor.transition(Withdraw())
+            self._emit(TurnIgnored(answer.turn_id, merged=True))  # its words are this turn's now
+        self._floor.transition(Withdraw())
         overlap_ms = 0.0 if reply is None else reply.heard_s() * 1000.0
         self.overlap_ms_total += overlap_ms
-        log.info("session %s: answer withdrawn, the user goes on (%.0f ms of it heard)", session.id, overlap_ms)
-        session.emit(
+        log.info("session %s: answer withdrawn, the user goes on (%.0f ms of it heard)", self._id, overlap_ms)
+        self._emit(
             Metrics(
                 {
                     "turn": None if reply is None else reply.turn,
@@ -170,4 +150,3 @@ class TurnMerge:
             )
         )
         turn.extend_back(answered_start)
-        turn.may_withdraw = False

@@ -4,7 +4,7 @@ When the speculative transcript of a pause is in, the session asks the LLM
 how likely the words end the turn and, if loaded, Smart Turn how finished the
 voice sounds; both run in their engines' threads while the pause goes on.
 The decision reads them at each VAD window, and again the moment a signal
-arrives (``UserTurn.on_news``), with ``current``: while one is still out, the
+arrives (``UserTurn``'s ``on_news``), with ``current``: while one is still out, the
 words wait as if not in yet (``TurnDetector.required_silence_ms``), bounded by
 the longest silence, so that a transcript that came late under load is
 decided on the same signals as at one session.

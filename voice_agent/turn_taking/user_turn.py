@@ -10,11 +10,9 @@ once the audio since the last settled point is :data:`SETTLE_AFTER_S` long, the
 next pause of :data:`SETTLE_PAUSE_SAMPLES` or more settles it. Its middle cuts
 the turn, the part before it is transcribed once, in the background while the
 user goes on, and every transcript after that (partial, speculative, final) is
-the parts' words and a reading of the rest. A turn that went on for 79 s with
-short pauses was otherwise read whole at each pause: 3 s of Whisper for 80 s of
-audio each time, where the rest costs 0.1 to 0.5 s. Turns shorter than
-:data:`SETTLE_AFTER_S` are read whole as before, and so are longer ones that
-never pause that long.
+the parts' words and a reading of the rest: a pause costs the reading of the
+rest, not of the whole turn. Shorter turns, and longer ones that never pause
+that long, are read whole.
 """
 
 from __future__ import annotations
@@ -56,6 +54,7 @@ class UserTurn:
         stt: SessionSTT,
         clock: Callable[[], float] = time.monotonic,
         speech_start: int | None = None,
+        on_news: Callable[[UserTurn], None] | None = None,
     ):
         self.id = id
         self.start = start  # sample index where the turn's audio starts
@@ -76,10 +75,10 @@ class UserTurn:
         self.decision: tuple[TurnSignals, float] | None = None  # the signals and silence that ended the turn
         self._signals_upto = -1  # _speculative_upto that the signals are about
         self.metrics: TurnMetrics | None = None  # of the prepared answer
-        self.announced = False  # the client was told it began (SpeechStarted)
+        self._announced = False  # the client was told it began (SpeechStarted)
         # Called when the speculative transcript or an end-of-turn signal comes in: the
         # listener decides then instead of at the next VAD window, up to 32 ms later.
-        self.on_news: Callable[[], None] | None = None
+        self._on_news = on_news
         self._timeline = timeline
         self._stt = stt
         self._clock = clock
@@ -94,17 +93,17 @@ class UserTurn:
 
     def record_commit(self, metrics: TurnMetrics, now: float) -> None:
         """The turn is committed at ``now``: when its speech really ended, and what the decision was made on."""
-        self.record_decision(metrics)
+        if self.decision is not None:
+            signals, metrics.end_silence_ms = self.decision
+            metrics.end_of_turn_logprob = signals.end_of_turn_logprob
+            metrics.end_of_turn_llm_ms = None if self.signals is None else self.signals.llm_ms
         metrics.speech_end = self._timeline.arrival_time(self._timeline.refine_end(self.last_speech))
         metrics.endpoint_ms = (now - metrics.speech_end) * 1000.0
 
-    def record_decision(self, metrics: TurnMetrics) -> None:
-        """What the end-of-turn decision was made on, for the ``metrics`` event."""
-        if self.decision is None:
-            return
-        signals, metrics.end_silence_ms = self.decision
-        metrics.end_of_turn_logprob = signals.end_of_turn_logprob
-        metrics.end_of_turn_llm_ms = None if self.signals is None else self.signals.llm_ms
+    def announce(self) -> bool:
+        """Whether the client is still to be told that the turn began: true once."""
+        announce, self._announced = not self._announced, True
+        return announce
 
     def audio(self, tail: int = 0) -> np.ndarray:
         """The turn's audio up to the last speech, and ``tail`` samples more."""
@@ -156,10 +155,9 @@ class UserTurn:
         return task.result()
 
     def extend_back(self, start: int) -> None:
-        """The turn begins at ``start`` instead (it continues a turn whose answer was withdrawn).
-
-        What was transcribed or prepared for the later start alone is stale.
-        """
+        """The turn begins at ``start`` instead: it continues a turn whose answer was withdrawn, and may withdraw
+        no other. What was transcribed or prepared for the later start alone is stale."""
+        self.may_withdraw = False
         if start < self.start:  # the speech of the turn it continues began as far past its start as this one's
             self.speech_start -= self.start - start
             self.start = start
@@ -200,8 +198,8 @@ class UserTurn:
             task.add_done_callback(self._news)
 
     def _news(self, task: asyncio.Task) -> None:
-        if self.on_news is not None and not task.cancelled():
-            self.on_news()
+        if self._on_news is not None and not task.cancelled():
+            self._on_news(self)
 
     def end_of_turn_signals(self, transcript: str) -> TurnSignals:
         """What is known about the speculative ``transcript`` now: at least the words."""

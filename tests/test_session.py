@@ -633,10 +633,19 @@ async def test_the_words_so_far_go_to_the_llms_cache_while_the_user_speaks():
     await h.session.close()
 
 
-async def test_a_partial_that_comes_after_the_user_paused_is_not_prefilled():
+async def test_a_partial_that_comes_after_the_user_paused_is_not_prefilled(monkeypatch):
     h = Harness(preemptive_generation=False)
-    h.stt.delay = 0.15  # the partial comes in after the pause began
     h.stt.text = "We arrive on"
+    partial = h.session.stt.partial
+
+    async def partial_after_the_pause(audio):
+        # In once the final transcription of the pause began, whatever the machine's pace: a delay would race
+        # the frames fed at real time, and lose to any stall of the loop.
+        text = await partial(audio)
+        await h.until(lambda: h.session.listener.turn is not None and h.session.listener.turn.pausing)
+        return text
+
+    monkeypatch.setattr(h.session.stt, "partial", partial_after_the_pause)
     await h.feed(tone(0.55))
     await h.feed(quiet(0.4))
     assert [e.text for e in h.of(Transcript) if e.role == "user" and not e.final] == ["We arrive on"]

@@ -186,7 +186,9 @@ class Harness:
         )
         self.settings = Settings(**{**defaults, **settings})
         self.events: list = []
-        self.session = Session(engines, self.settings, self.events.append, "test")
+        # The loop's clock, as in a server: where a test moves it (AudioClock), the session's moves with it.
+        loop = asyncio.get_running_loop()
+        self.session = Session(engines, self.settings, self.events.append, "test", clock=lambda: loop.time())
 
     async def feed(self, audio: np.ndarray, realtime: bool = True):
         """Feed 20 ms frames; at real-time pace when the test needs the clock to move."""
@@ -1019,17 +1021,44 @@ async def test_speech_that_stops_short_of_a_check_resumes_the_agent_before_its_t
     await h.session.close()
 
 
+class AudioClock:
+    """From its making, the event loop's time is the audio's: each frame fed comes 20 ms after the one before,
+    and the timers due by then run before it is heard. Frames fed at real time meet timers of tens of ms (the
+    onset's pause, its hold over a fade) a little later on a loaded machine, and a test about which comes first
+    would fail by chance."""
+
+    def __init__(self, h: Harness, monkeypatch):
+        self.h = h
+        loop = asyncio.get_running_loop()
+        self.now = loop.time()
+        monkeypatch.setattr(loop, "time", lambda: self.now)
+
+    async def feed(self, audio: np.ndarray) -> None:
+        for start in range(0, len(audio), 320):
+            self.now += 320 / RATE
+            await self.settle()
+            self.h.session.handle(AudioReceived(audio[start : start + 320]))
+            await self.settle()
+
+    @staticmethod
+    async def settle() -> None:
+        """What is due, and what it sets off, runs: a few turns of the loop."""
+        for _ in range(5):
+            await asyncio.sleep(0)
+
+
 async def test_lone_speech_windows_close_together_keep_the_agent_silent(monkeypatch):
     # Over the echo a user's first syllables came as lone speech windows about 60 ms apart ("Hold on"), the
     # echo test taking those between for echo: resumed at each fade, the agent talked on until they made a turn.
     h, calls = await answer_playing(monkeypatch, output_lead_ms=120)
+    audio = AudioClock(h, monkeypatch)
     for _ in range(5):  # a window of speech, then one or two without
-        await h.feed(tone(0.02))
-        await h.feed(quiet(0.06))
+        await audio.feed(tone(0.02))
+        await audio.feed(quiet(0.06))
     assert h.session.listener.turn is None  # no run made a turn
     assert calls == ["pause"]
     sent = len(h.of(AgentAudio))
-    await h.feed(quiet(0.2))
+    await audio.feed(quiet(0.2))
     assert calls == ["pause", "resume"] and len(h.of(AgentAudio)) > sent
     await h.session.close()
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -166,6 +167,15 @@ def faint(seconds: float) -> np.ndarray:
     return tone(seconds) / 20
 
 
+def loop_time() -> float:
+    """The running loop's clock, as in a server (time.monotonic): where a test moves it (AudioClock), the
+    session's timers and its own clock move together."""
+    try:
+        return asyncio.get_running_loop().time()
+    except RuntimeError:  # a test that builds a session outside a loop
+        return time.monotonic()
+
+
 class Harness:
     def __init__(self, answer="One two three. Four five six seven eight nine ten.", **settings):
         self.llm = FakeLLM(answer)
@@ -186,9 +196,7 @@ class Harness:
         )
         self.settings = Settings(**{**defaults, **settings})
         self.events: list = []
-        # The loop's clock, as in a server: where a test moves it (AudioClock), the session's moves with it.
-        loop = asyncio.get_running_loop()
-        self.session = Session(engines, self.settings, self.events.append, "test", clock=lambda: loop.time())
+        self.session = Session(engines, self.settings, self.events.append, "test", clock=loop_time)
 
     async def feed(self, audio: np.ndarray, realtime: bool = True):
         """Feed 20 ms frames; at real-time pace when the test needs the clock to move."""

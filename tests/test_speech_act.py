@@ -22,10 +22,25 @@ from voice_agent.turn_taking.speech_act import SpeechAct, hands_over, speech_act
         ("I'll have the pasta.", SpeechAct.REQUEST),
         ("Play some jazz.", SpeechAct.REQUEST),
         ("Let's do seven.", SpeechAct.REQUEST),
+        ("My voice is my passport. Verify me.", SpeechAct.REQUEST),  # a verb with "me" after it asks the agent
+        ("verify me", SpeechAct.REQUEST),
+        ("Fix it", SpeechAct.REQUEST),
+        ("Not me.", SpeechAct.TELLING),
+        ("Told me to come back.", SpeechAct.TELLING),
+        # Said to the agent by name, with Whisper's punctuation or without.
+        ("computer what is the weather forecast at the beach", SpeechAct.QUESTION),
+        ("Computer, what is the weather forecast at the beach?", SpeechAct.QUESTION),
+        ("Anna, can you call me back", SpeechAct.QUESTION),
+        ("computer play some jazz", SpeechAct.REQUEST),
+        ("That's what is wrong.", SpeechAct.TELLING),
+        ("Bob, I went home.", SpeechAct.TELLING),
         # Closings.
         ("Thank you. Goodbye.", SpeechAct.CLOSING),
         ("No thanks.", SpeechAct.CLOSING),
         ("That's all.", SpeechAct.CLOSING),
+        ("I don't think so, and that's it.", SpeechAct.CLOSING),
+        ("No, I think that's it for today.", SpeechAct.CLOSING),
+        ("Yeah, yeah, that's it.", SpeechAct.TELLING),  # agrees, and may go on
         ("Hello.", SpeechAct.GREETING),
         ("Hi there!", SpeechAct.GREETING),
         ("Good morning.", SpeechAct.GREETING),

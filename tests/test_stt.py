@@ -35,3 +35,35 @@ def test_decoding_on_its_own_threads_gives_the_same_words():
     words = split.transcribe_blocking(audio)
     assert "fellow Americans" in words
     assert words == together.transcribe_blocking(audio)
+
+
+@pytest.mark.models
+async def test_background_partials_read_the_same_words_on_threads_of_the_idle_class():
+    """Partials on their own copies of the models, built in the background class (engines/priority.py)."""
+    import os
+
+    import soundfile
+
+    from tests.speech import SHARED_AUDIO
+    from voice_agent.audio import resample
+    from voice_agent.engines.priority import in_background_class
+    from voice_agent.engines.stt import SAMPLE_RATE, WhisperSTT
+
+    def idle_threads() -> int:
+        tasks = os.listdir("/proc/self/task")
+        return sum(1 for task in tasks if os.sched_getscheduler(int(task)) == getattr(os, "SCHED_IDLE", -1))
+
+    audio, rate = soundfile.read(SHARED_AUDIO / "jfk.flac", dtype="float32")
+    audio = resample(audio.mean(axis=1) if audio.ndim > 1 else audio, rate, SAMPLE_RATE)[: 6 * SAMPLE_RATE]
+    before = idle_threads()
+    stt = WhisperSTT(background_partials=True)
+    try:
+        words = await stt.transcribe(audio)
+        assert "fellow Americans" in words
+        assert await stt.transcribe_partial(audio) == words
+        if hasattr(os, "SCHED_IDLE"):
+            # CTranslate2's workers of both copies, and the OpenMP thread of the encoder's.
+            assert idle_threads() - before >= 3
+            assert not in_background_class()  # the calling threads hold the GIL: never in the idle class
+    finally:
+        await stt.close()

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from voice_agent.engines.interfaces import Reading
-from voice_agent.engines.stt_queue import Kind, STTQueue, STTScheduler
+from voice_agent.engines.stt_queue import Kind, STTQueue, STTScheduler, Submitted
 
 
 class Clock:
@@ -275,3 +275,79 @@ async def test_a_closed_session_s_waiting_requests_are_cancelled():
         await waiting
     await busy
     assert stt.read_lengths == [1]
+
+
+@pytest.mark.parametrize("apart", [False, True])
+def test_a_running_partial_holds_a_finals_worker_only_where_partials_share_them(apart):
+    clock = Clock()
+    s = STTScheduler(1, 0, 15.0, clock, partial_workers=1, partials_apart=apart)
+    partial = s.submit("a", Kind.PARTIAL, samples(1)).job
+    assert s.pop() is partial
+    final = s.submit("b", Kind.FINAL, samples(2)).job
+    # Apart, the partial runs on workers of its own (in the background class, where it may be starved of
+    # cores for a while): the final starts now. Sharing, it waits for the partial's end.
+    assert s.pop() is (final if apart else None)
+    clock.now += 1
+    s.finish(partial)
+    if not apart:
+        assert s.pop() is final
+
+
+def test_partials_apart_are_still_held_to_their_own_workers():
+    s = STTScheduler(2, 0, 15.0, Clock(), partial_workers=1, partials_apart=True)
+    first = s.submit("a", Kind.PARTIAL, samples(1)).job
+    assert s.pop() is first
+    assert s.submit("b", Kind.PARTIAL, samples(2)) == Submitted(None, [], "partials_busy")
+    finals = [s.submit(name, Kind.FINAL, samples(3)).job for name in ("b", "c")]
+    assert [s.pop(), s.pop(), s.pop()] == [*finals, None]  # both finals' workers, and no third
+
+
+class PartialsApartSTT(SlowSTT):
+    """A backend whose partials have a way of their own."""
+
+    def __init__(self):
+        super().__init__(delay=0)
+        self.partials: list[int] = []
+
+    async def transcribe_partial(self, audio):
+        self.partials.append(len(audio))
+        return f"{len(audio)} samples so far"
+
+
+async def test_the_queue_hands_partials_to_the_backends_own_way_for_them():
+    stt = PartialsApartSTT()
+    session = STTQueue(lambda: stt, workers=1, rate=0, partials_apart=True).session()
+    assert await session.partial(samples(3)) == "3 samples so far"
+    assert await session.transcribe(samples(4)) == "4 samples"
+    assert stt.partials == [3] and stt.read_lengths == [4]
+
+
+@pytest.mark.parametrize("apart", [False, True])
+def test_a_partial_on_workers_apart_costs_its_session_no_budget_however_long_it_ran(apart):
+    clock = Clock()
+    s = STTScheduler(2, 0.5, 1.0, clock, partial_workers=1, partials_apart=apart)
+    partial = s.submit("a", Kind.PARTIAL, samples(1)).job
+    assert s.pop() is partial
+    clock.now += 3  # starved of cores in the idle class: long on the clock, little work
+    final = s.submit("a", Kind.FINAL, samples(2)).job
+    # Apart, nothing is charged and the final starts; sharing the workers, the session's 1 s bucket owes 2 s
+    # while the partial runs, and its final waits for the refill.
+    assert s.pop() is (final if apart else None)
+    s.finish(partial)
+    assert s.budget_left("a") == pytest.approx(1.0 if apart else -2.0)
+    if not apart:
+        assert s.wake_at() == pytest.approx(clock.now + 4)  # 2 s owed at 0.5 a second
+
+
+def test_a_session_in_debt_wakes_for_its_refill_while_only_a_partial_apart_runs():
+    clock = Clock()
+    s = STTScheduler(2, 0.5, 1.0, clock, partial_workers=1, partials_apart=True)
+    partial = s.submit("a", Kind.PARTIAL, samples(1)).job
+    assert s.pop() is partial
+    s.submit("a", Kind.FINAL, samples(2))
+    run(s, clock, 2.0)  # the final leaves 1 s owed; the partial goes on running
+    final = s.submit("a", Kind.FINAL, samples(3)).job
+    assert s.pop() is None  # in debt: the final waits for the refill...
+    assert s.wake_at() == pytest.approx(clock.now + 2)  # ...which the running partial, never charged, does not delay
+    clock.now += 2
+    assert s.pop() is final

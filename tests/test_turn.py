@@ -1,5 +1,6 @@
 import pytest
 
+from voice_agent.config import Settings
 from voice_agent.turn_taking.turn import (
     Completeness,
     TurnDetector,
@@ -8,6 +9,7 @@ from voice_agent.turn_taking.turn import (
     fused_completeness,
     told_in_full,
 )
+from voice_agent.turn_taking.turn_detection import turn_detector
 
 
 @pytest.mark.parametrize(
@@ -34,6 +36,10 @@ from voice_agent.turn_taking.turn import (
         ("We to arrive on.", Completeness.INCOMPLETE),  # a pause in "We arrive on ... Friday"
         ("A cheeseburger in.", Completeness.INCOMPLETE),  # "and" misheard before a pause
         ("What are you interested in?", Completeness.COMPLETE),
+        ("Is there anything else I can help you with?", Completeness.COMPLETE),
+        ("Hello. Where are you from?", Completeness.COMPLETE),
+        ("Can I get a table for?", Completeness.INCOMPLETE),  # nothing earlier the "for" could be about
+        ("What do you need it for? Can I get a table for?", Completeness.INCOMPLETE),
         ("Let me see.", Completeness.INCOMPLETE),  # the user asks for time to think
         ("The thing is.", Completeness.INCOMPLETE),  # it announces what comes next
         ("Okay. So the problem is.", Completeness.INCOMPLETE),
@@ -43,7 +49,14 @@ from voice_agent.turn_taking.turn import (
         ("I can wait.", Completeness.COMPLETE),
         ("Hmm, lets see...", Completeness.INCOMPLETE),
         ("Hold on!", Completeness.INCOMPLETE),
+        ("Give me just one second here.", Completeness.INCOMPLETE),  # asks for time, with where it is said
+        ("Bear with me, please.", Completeness.INCOMPLETE),
         ("I'll see.", Completeness.COMPLETE),
+        ("Okay, um, we, um, you know.", Completeness.INCOMPLETE),  # a filler phrase, like "um"
+        ("It's the, I mean.", Completeness.INCOMPLETE),
+        ("This one was a 2018.", Completeness.INCOMPLETE),  # a number before its noun
+        ("I need the 2.", Completeness.INCOMPLETE),
+        ("It's from 2018.", Completeness.UNKNOWN),  # a number alone is a draw
         ("", Completeness.UNKNOWN),
     ],
 )
@@ -160,6 +173,8 @@ def test_a_finished_telling_waits_longer_than_a_question_a_request_or_a_goodbye(
         ("and so my fellow Americans ask not what your country can do for you", 2000),  # no full stop: still a telling
         ("We will arrive at around 730.", 350),  # a time of day is whole
         ("We arrive at 7:30.", 350),
+        ("We arrive by 1930.", 350),
+        ("This one was a 2018.", 2000),  # a year: the clause goes on
         ("Please book it for 7.", 200),  # a request, not a telling: the LLM agrees it is over
     ],
 )
@@ -173,7 +188,9 @@ def test_a_user_who_paused_longer_than_the_telling_silence_gets_more():
     detector.habit.went_on_after(1920)
     assert detector.required_silence_ms(signals("And it's great joy.", logprob=-2.9)) == 2220
     # A statement complete by every signal is not held for the habit: it hands the turn over.
-    assert detector.required_silence_ms(signals("I don't think so, and that's it.", logprob=-0.7)) == 350
+    assert detector.required_silence_ms(signals("It's not mine.", logprob=-0.7)) == 350
+    # Nor is a goodbye, whoever says it.
+    assert detector.required_silence_ms(signals("I don't think so, and that's it.", logprob=-0.7)) == 200
     # Their questions are not tellings, but a finished sentence has not ended their turn before: no quick commit.
     assert detector.required_silence_ms(signals("Are you open?", logprob=-0.1)) == 600
 
@@ -233,7 +250,7 @@ def test_a_statement_is_told_in_full_only_when_every_signal_closes_it(text, logp
 @pytest.mark.parametrize(
     "text, logprob, silence",
     [
-        ("I don't think so, and that's it.", -0.8, 350),  # told in full: the complete silence, as a question
+        ("It's not mine.", -0.8, 350),  # told in full: the complete silence, as a question
         ("Sure, that works.", -1.9, 350),
         ("Sure, that works.", -3.0, 2000),  # the LLM expects more: the telling silence
         ("This one was a.", -0.5, 2000),  # inside a clause: the unfinished silence
@@ -277,3 +294,53 @@ def test_words_not_in_yet_wait_as_long_as_a_telling_from_a_user_who_thinks_long(
     assert telling == 2800  # the longest pause seen, and a margin
     assert detector.required_silence_ms(None) == telling
     assert detector.required_silence_ms(TurnSignals("Can we sit outside?", pending=True)) == telling
+
+
+@pytest.mark.parametrize(
+    "text, logprob, silence",
+    [
+        # A question waits no telling silence, whatever Whisper's punctuation.
+        ("Is that anything else I can help you with?", -0.6, 200),
+        ("Is that anything else I can help you with.", -0.6, 200),  # flat, a preposition it may end in
+        ("Is that anything else I can help you with", -0.6, 200),
+        ("computer what is the weather forecast at the beach", -0.1, 200),  # said to the agent, no punctuation
+        ("computer what is the weather forecast at the beach", -3.0, 600),  # the LLM doubts: no hint, no telling
+        # A preposition the question has not reached the end of, which the LLM calls broken off: unfinished.
+        ("Can I get a table for.", -9.0, 2000),
+        ("Can I get a table for.", -3.0, 2000),
+        # A request, with Whisper's full stop or without.
+        ("My voice is my passport. Verify me.", -1.3, 350),
+        ("My voice is my passport. Verify me.", -0.5, 200),
+        ("verify me", -0.5, 200),
+        # A goodbye: the LLM's doubt makes it no hint, not a telling.
+        ("I don't think so, and that's it.", -3.1, 600),
+        ("I don't think so, and that's it.", -0.8, 200),
+        # A clause left open by a number that is no time of day: the telling silence.
+        ("This one was a 2018.", -0.5, 2000),
+    ],
+)
+def test_the_embedded_defaults_hold_no_whole_question_request_or_goodbye_for_the_telling_silence(
+    text, logprob, silence
+):
+    detector = turn_detector(Settings())
+    assert detector.required_silence_ms(signals(text, logprob=logprob)) == silence
+
+
+def test_the_decision_explains_what_held_the_turn():
+    why = turn_detector(Settings()).explain(signals("This one was a 2018.", logprob=-0.5))
+    assert why.startswith("2000 ms: incomplete telling, told in full False, logprob -0.5")
+
+
+@pytest.mark.parametrize(
+    "text, silence",
+    [
+        ("It's a Tesla.", 350),  # the answer to the agent's question hands the turn back
+        ("Okay, um, we, um, you know.", 2000),  # but a clause left open waits however it was asked for
+        ("This one was a 2018.", 2000),
+        ("Give me just one second here and I'm.", 2000),
+        ("Give me just one second here.", 2000),
+    ],
+)
+def test_an_answer_to_the_agent_hands_the_turn_back_unless_its_clause_is_open(text, silence):
+    detector = turn_detector(Settings())
+    assert detector.required_silence_ms(TurnSignals(text, end_of_turn_logprob=-1.5, agent_asked=True)) == silence

@@ -131,7 +131,55 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _level(level: int, args: argparse.Namespace, url: str, out: Path, server: subprocess.Popen) -> dict:
-    return harness.replay_level(level, script=args.script, repeats=args.repeats, url=url, out=out, server=server)
+    """One replay at ``level`` sessions, with what the stages' queues did meanwhile (the server's ``/metrics``)."""
+    before = stage_queues(url)
+    entry = harness.replay_level(level, script=args.script, repeats=args.repeats, url=url, out=out, server=server)
+    entry["stage_queues"] = _queues_between(before, stage_queues(url))
+    return entry
+
+
+def stage_queues(url: str) -> dict[str, float]:
+    """The server's queue figures so far, from ``/metrics``: per stage and kind the work started (``count``)
+    and its total wait for a worker (``sum``, seconds), and the transcriptions skipped, by kind and reason."""
+    try:
+        with urllib.request.urlopen(url.replace("ws://", "http://").replace("/ws", "/metrics"), timeout=5) as r:
+            return parse_stage_queues(r.read().decode())
+    except OSError:
+        return {}
+
+
+def parse_stage_queues(text: str) -> dict[str, float]:
+    """:func:`stage_queues` from the text of ``/metrics``."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    figures: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            name = sample.name.removeprefix("voice_agent_")
+            if name.endswith(("_queue_wait_seconds_sum", "_queue_wait_seconds_count")):
+                stage, figure = name.split("_", 1)[0], name.rsplit("_", 1)[1]
+                figures[f"{stage} {sample.labels.get('kind', '')} {figure}"] = sample.value
+            elif name == "stt_skipped_total":
+                figures[f"stt {sample.labels['kind']} skipped {sample.labels['reason']}"] = sample.value
+    return figures
+
+
+def _queues_between(before: dict[str, float], after: dict[str, float]) -> dict[str, dict]:
+    """Per stage and kind, over one level: the work started, its mean wait for a worker, and the skipped."""
+    queues: dict[str, dict] = {}
+    for key, value in after.items():
+        stage, kind, figure, *reason = key.split(" ")
+        change = value - before.get(key, 0.0)
+        entry = queues.setdefault(f"{stage} {kind}", {"started": 0, "mean_wait_ms": None, "skipped": {}})
+        if figure == "count":
+            entry["started"] = int(change)
+        elif figure == "skipped" and change:
+            entry["skipped"][reason[0]] = int(change)
+    for name, entry in queues.items():
+        waited = after.get(f"{name} sum", 0.0) - before.get(f"{name} sum", 0.0)
+        if entry["started"]:
+            entry["mean_wait_ms"] = round(waited / entry["started"] * 1000, 1)
+    return {name: entry for name, entry in sorted(queues.items()) if entry["started"] or entry["skipped"]}
 
 
 def ramp(levels: list[int], args: argparse.Namespace, url: str, out: Path, server: subprocess.Popen) -> dict:
@@ -374,7 +422,7 @@ def markdown(result: dict) -> str:
         )
     lines = [harness.machine_line(result), f"Command: `{result['command']}`", ""]
     lines += harness.table(header, rows, "r" * len(header))
-    lines += ["", knee_line(result["ramp"])]
+    lines += ["", knee_line(result["ramp"]), "", *queues_lines(result["ramp"]["levels"])]
     if (f := result.get("flood")) is not None:
         sent = sum(r["flooder"]["messages_sent"] for r in f["rounds"])
         lines.append(
@@ -392,6 +440,27 @@ def markdown(result: dict) -> str:
             f"max {s['rss_max_mb']:.0f} MiB."
         )
     return "\n".join(lines)
+
+
+def queues_lines(levels: list[dict]) -> list[str]:
+    """The stages' queues at each level: work started, its mean wait for a worker, and what was skipped."""
+    names = sorted({name for level in levels for name in level.get("stage_queues", {})})
+    if not names:
+        return []
+    rows = []
+    for name in names:
+        cells = []
+        for level in levels:
+            entry = level.get("stage_queues", {}).get(name)
+            if entry is None:
+                cells.append("")
+                continue
+            skipped = ", ".join(f"{count} {reason}" for reason, count in sorted(entry["skipped"].items()))
+            cell = f"{entry['started']}, {ms(entry['mean_wait_ms'])}" if entry["started"] else "0"
+            cells.append(cell + (f" ({skipped} skipped)" if skipped else ""))
+        rows.append([name, *cells])
+    header = ["queue (started, mean wait)", *(f"{level['sessions']} sessions" for level in levels)]
+    return ["Stage queues, from the server's /metrics over each level:", "", *harness.table(header, rows)]
 
 
 def knee_line(ramp: dict) -> str:

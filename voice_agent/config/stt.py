@@ -46,6 +46,15 @@ class SttSettings:
         "would need another is dropped. At most --stt-workers.",
         "stt",
     )
+    # Off: a final beside partials is quicker with it (72 ms alone, 108 beside partials, 83 with them
+    # in the idle class), but the server at 4 sessions measured the same either way (370 and 380 ms on
+    # a quiet machine), for 100 to 250 MB more (engines/priority.py, docs/results/capacity.md).
+    stt_background_partials: bool = option(
+        False,
+        "Partial transcripts run on Whisper copies of their own, on threads the OS runs only when a core is "
+        "otherwise idle (Linux SCHED_IDLE); off: at ordinary priority, on the finals' workers.",
+        "stt",
+    )
 
     # One VAD window: the held answer's first audio, not the end-of-turn silence, is what
     # the user waits for after a question, and it cannot start before this transcript.

@@ -123,6 +123,8 @@ def load_engines(settings: Settings) -> Engines:
         beam_size=settings.stt_beam_size,
         language=settings.stt_language,
         window_s=settings.stt_window_s,
+        background_partials=settings.stt_background_partials,
+        partial_workers=settings.stt_partial_workers,
     )
     llm = create_llm(settings)
     tts = PhraseCache(PiperTTS(settings.tts_voice, threads=settings.tts_threads), size=settings.tts_phrase_cache)
@@ -138,5 +140,6 @@ def load_engines(settings: Settings) -> Engines:
         settings.stt_budget,
         settings.stt_budget_burst_s,
         partial_workers=settings.stt_partial_workers,
+        partials_apart=stt.background_partials,
     )
     return engines

@@ -36,6 +36,14 @@ audio holds speech at all, the test faster-whisper applies to its segments
 noise is likely: on the user's own turns it would drop 8 of the 108 speaker
 segments of the twelve AMI excerpts, a quiet "Okay." among them, and a turn
 dropped is a user ignored (docs/turn-taking.md).
+
+Partial transcripts (``background_partials``) run on copies of the models
+built in the OS's background scheduling class (:mod:`.priority`), whose
+CTranslate2 workers compute there: while the user is still speaking nobody
+waits for them, and on a busy machine they get only the cycles that other
+sessions' finals, answers and speech leave. Workers of their own, because a
+call cannot be interrupted: starved in the background, it must not hold a
+worker that a final waits for.
 """
 
 from __future__ import annotations
@@ -44,11 +52,14 @@ import asyncio
 import functools
 import logging
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from .. import log as logs
 from .interfaces import Reading
+from .priority import in_background
 
 log = logging.getLogger(__name__)
 
@@ -93,6 +104,8 @@ class WhisperSTT:
         beam_size: int = 1,
         language: str = "en",
         window_s: float = 10.0,
+        background_partials: bool = False,
+        partial_workers: int = 1,
     ):
         from faster_whisper import WhisperModel
         from faster_whisper.tokenizer import Tokenizer
@@ -102,14 +115,26 @@ class WhisperSTT:
 
         self.model_name = model or default_model_path()
         log.info("loading STT %s (%s, %s)", self.model_name, device, compute_type)
-        load = functools.partial(
-            WhisperModel, self.model_name, device=device, compute_type=compute_type, num_workers=workers
-        )
-        self._model = load(cpu_threads=threads)
-        self._decoder = self._model.model
-        if device == "cpu" and decode_threads != threads:
-            self._decoder = load(cpu_threads=decode_threads).model
+        load = functools.partial(WhisperModel, self.model_name, device=device, compute_type=compute_type)
+
+        def models(workers: int) -> _Models:
+            model = load(cpu_threads=threads, num_workers=workers)
+            decoder = model.model
+            if device == "cpu" and decode_threads != threads:
+                decoder = load(cpu_threads=decode_threads, num_workers=workers).model
+            return _Models(model, decoder)
+
+        self._models = models(workers)
+        self._model, self._decoder = self._models.model, self._models.decoder
         self._executor = ThreadPoolExecutor(workers, thread_name_prefix="stt")
+        # Partials on their own copies, in the background class; without it, on the finals' models and workers.
+        self._partial_models = self._models
+        self._partial_executor = self._executor
+        self.background_partials = background_partials and device == "cpu"
+        if self.background_partials:
+            self._partial_models = in_background(lambda: models(partial_workers))
+            # Ordinary threads: they hold the GIL for the features, and wait for the copies' workers without it.
+            self._partial_executor = ThreadPoolExecutor(partial_workers, thread_name_prefix="stt-partial")
         self.beam_size = beam_size
         self.language = language or None
         self.window_s = min(window_s, FULL_WINDOW_S)
@@ -125,26 +150,27 @@ class WhisperSTT:
     def transcribe_blocking(self, audio: np.ndarray) -> str:
         return self.read_blocking(audio).text
 
-    def read_blocking(self, audio: np.ndarray) -> Reading:
+    def read_blocking(self, audio: np.ndarray, models: _Models | None = None) -> Reading:
+        models = models or self._models
         duration = len(audio) / SAMPLE_RATE
         if self.window_s >= FULL_WINDOW_S or duration + 2 > FULL_WINDOW_S:
-            return self._transcribe_full(audio)
-        reading = self._transcribe_window(audio, max(self.window_s, duration + 2))
+            return self._transcribe_full(audio, models.model)
+        reading = self._transcribe_window(audio, max(self.window_s, duration + 2), models)
         if looks_looped(reading.text):
             # Rare, and mostly on turns with long pauses inside: the full window does not loop.
             log.info("Whisper looped in a %.0f s window; transcribing in 30 s", self.window_s)
             log.log(logs.words_level(), "Whisper's looping transcript: %r", reading.text[:80])
-            return self._transcribe_full(audio)
+            return self._transcribe_full(audio, models.model)
         return reading
 
-    def _transcribe_window(self, audio: np.ndarray, window_s: float) -> Reading:
-        extractor = self._model.feature_extractor
+    def _transcribe_window(self, audio: np.ndarray, window_s: float, models: _Models) -> Reading:
+        extractor = models.model.feature_extractor
         frames = int(window_s * SAMPLE_RATE) // extractor.hop_length
         features = extractor(audio)[:, :frames]
         features = np.pad(features, ((0, 0), (0, frames - features.shape[1])))
-        encoded = self._model.encode(features)
+        encoded = models.model.encode(features)
         max_tokens = int(len(audio) / SAMPLE_RATE * MAX_TOKENS_PER_S) + 10
-        [result] = self._decoder.generate(
+        [result] = models.decoder.generate(
             encoded,
             [self._prompt],
             beam_size=self.beam_size,
@@ -160,14 +186,14 @@ class WhisperSTT:
         no_speech = result.no_speech_prob > NO_SPEECH_PROB and logprob < NO_SPEECH_LOGPROB
         return Reading(self._tokenizer.decode(tokens).strip(), no_speech)
 
-    def _transcribe_full(self, audio: np.ndarray) -> Reading:
+    def _transcribe_full(self, audio: np.ndarray, model) -> Reading:
         """In Whisper's 30 s window, through faster-whisper, which leaves out the segments it judges no speech
         (with the test of :data:`NO_SPEECH_PROB`): none left is no speech.
 
         Longer audio is read with timestamps, so that each next window starts at the last whole segment:
         without them it starts 30 s on, and a word across that line was lost ("I love" of "I love that 42 Elm
         Street", 43 s of the evals' turns one after another)."""
-        segments, _ = self._model.transcribe(
+        segments, _ = model.transcribe(
             audio,
             language=self.language,
             beam_size=self.beam_size,
@@ -189,8 +215,26 @@ class WhisperSTT:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._executor, self.read_blocking, audio)
 
+    async def transcribe_partial(self, audio: np.ndarray) -> str:
+        """As :meth:`transcribe`, for words so far that nobody waits for yet: in the background, if so built."""
+        loop = asyncio.get_running_loop()
+        reading = await loop.run_in_executor(self._partial_executor, self.read_blocking, audio, self._partial_models)
+        return reading.text
+
     async def warm_up(self) -> None:
         await self.transcribe(np.zeros(SAMPLE_RATE, dtype=np.float32))
+        if self.background_partials:
+            await self.transcribe_partial(np.zeros(SAMPLE_RATE, dtype=np.float32))
 
     async def close(self) -> None:
         self._executor.shutdown(wait=False, cancel_futures=True)
+        self._partial_executor.shutdown(wait=False, cancel_futures=True)
+
+
+@dataclass(frozen=True)
+class _Models:
+    """One set of Whisper's models: the encoder's (and faster-whisper's whole pipeline), and the decoder's,
+    which is a copy with fewer threads on CPU."""
+
+    model: Any  # faster_whisper.WhisperModel
+    decoder: Any  # its ctranslate2.models.Whisper

@@ -28,6 +28,14 @@ calls, and a bystander's question waited 17 s behind them. So:
   one that would need more is dropped, so that with many sessions speaking the
   other workers stay free for finals, which a running call would delay (a call
   cannot be interrupted), and the cores for the stages after them.
+- **Partials apart.** With a backend that runs partials on workers of their
+  own, in the OS's background class (``transcribe_partial``, engines/priority.py),
+  a running partial holds none of the finals' workers: starved of cores
+  there, it would otherwise keep a final waiting. Nor is it charged to the
+  session's budget: it runs on cores nothing else wanted, so it took no one's
+  share, and its time on the clock, long when it is starved, says nothing of
+  its cost (charged, one starved partial put a session seconds in debt, and
+  its next final waited seconds for the refill).
 
 :class:`STTScheduler` decides, without I/O and on an injected clock;
 :class:`STTQueue` runs its decisions on the event loop.
@@ -95,9 +103,11 @@ class STTScheduler:
         burst_s: float,
         clock: Callable[[], float] = time.monotonic,
         partial_workers: int | None = None,
+        partials_apart: bool = False,
     ):
         self.workers = workers
         self.partial_workers = workers if partial_workers is None else max(1, min(partial_workers, workers))
+        self.partials_apart = partials_apart  # partials run on workers of their own, not on these
         self.rate = rate
         self.burst_s = burst_s
         self._clock = clock
@@ -130,10 +140,12 @@ class STTScheduler:
 
     def pop(self) -> Job | None:
         """The job to start now, marked started; None when every worker is busy or nothing may start yet."""
-        if self._running >= self.workers:
+        partials_running = sum(1 for a in self._accounts.values() for j in a.running if j.kind is Kind.PARTIAL)
+        finals_full = self._running - (partials_running if self.partials_apart else 0) >= self.workers
+        partials_full = partials_running >= self.partial_workers or (finals_full and not self.partials_apart)
+        if finals_full and partials_full:
             return None
         now = self._clock()
-        partials_running = sum(1 for a in self._accounts.values() for j in a.running if j.kind is Kind.PARTIAL)
         best: tuple[tuple, Job, _Account] | None = None
         for account in self._accounts.values():
             self._refill(account, now)
@@ -141,7 +153,7 @@ class STTScheduler:
             for job in account.queued:
                 if job.kind is not Kind.PARTIAL and left < 0:
                     continue  # over budget: waits for the bucket to refill
-                if job.kind is Kind.PARTIAL and partials_running >= self.partial_workers:
+                if partials_full if job.kind is Kind.PARTIAL else finals_full:
                     continue
                 key = (
                     job.kind is Kind.PARTIAL,
@@ -172,9 +184,14 @@ class STTScheduler:
         account = self._accounts.get(job.session)
         if account is not None:
             self._refill(account, now)
-            account.level -= took
+            if self._charged(job):
+                account.level -= took
             account.running.remove(job)
         return took
+
+    def _charged(self, job: Job) -> bool:
+        """Whether ``job``'s time counts against its session's budget: not a partial on workers apart."""
+        return not (self.partials_apart and job.kind is Kind.PARTIAL)
 
     def withdraw(self, job: Job) -> bool:
         """Take ``job`` out of the queue (nobody waits for it any more); False if it started already."""
@@ -195,8 +212,9 @@ class STTScheduler:
         times = []
         for account in self._accounts.values():
             self._refill(account, now)
-            # With a call running, its end decides: it is charged then, and the queue looks again.
-            if account.level < 0 and not account.running and any(j.kind is not Kind.PARTIAL for j in account.queued):
+            # With a charged call running, its end decides: it is charged then, and the queue looks again.
+            charging = any(self._charged(job) for job in account.running)
+            if account.level < 0 and not charging and any(j.kind is not Kind.PARTIAL for j in account.queued):
                 times.append(now - account.level / self.rate)
         return min(times, default=None)
 
@@ -231,7 +249,9 @@ class STTScheduler:
         cannot start more at once than its budget covers."""
         if self.rate <= 0:
             return account.level
-        return account.level - sum(now - job.started for job in account.running if job.started is not None)
+        return account.level - sum(
+            now - job.started for job in account.running if job.started is not None and self._charged(job)
+        )
 
     def _refill(self, account: _Account, now: float) -> None:
         if self.rate <= 0:  # no budget: every session's bucket stays full
@@ -260,9 +280,10 @@ class STTQueue:
         burst_s: float = 10.0,
         clock: Callable[[], float] = time.monotonic,
         partial_workers: int | None = None,
+        partials_apart: bool = False,
     ):
         self._backend = backend
-        self._scheduler = STTScheduler(workers, rate, burst_s, clock, partial_workers)
+        self._scheduler = STTScheduler(workers, rate, burst_s, clock, partial_workers, partials_apart)
         self._clock = clock
         self._futures: dict[Job, asyncio.Future[Any]] = {}
         self._running: set[asyncio.Task] = set()
@@ -332,6 +353,8 @@ class STTQueue:
         try:
             if job.kind is Kind.CHECK:
                 result: Any = await backend.read(job.audio)
+            elif job.kind is Kind.PARTIAL:
+                result = await getattr(backend, "transcribe_partial", backend.transcribe)(job.audio)
             else:
                 result = await backend.transcribe(job.audio)
         except Exception as exc:  # handed to whoever waits for it

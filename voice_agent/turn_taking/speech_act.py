@@ -35,6 +35,12 @@ _QUESTION_START = re.compile(
     rf"^(?:(?:what|when|where|which|who|whose|why|how)(?:'s| {_AUX}\b| much\b| many\b| long\b| about\b| come\b)"
     rf"|(?:what|which) \w+ {_AUX}\b|{_AUX} {_PRONOUN}\b)"
 )
+# Words before "me" that are not a verb telling the agent what to do ("Not me.", "Like me.", "Let me see.").
+_NOT_VERBS = (
+    "let|not|just|only|even|also|than|as|from|by|at|on|in|without|near|after|before|between|except|but|"
+    "under|over|against|around|behind|beside|into|onto|upon|within|of|to|for|with|about|like|and|or|so|"
+    "told|said|gave|got|made|had|sent|all|both|you|they|he|she|it|that|this|there|who|whom|which|what|why|how|when|where|me|oh|ah"
+)
 # Wanting, asking and telling the agent what to do; "let me" and "wait" are holding
 # phrases (turn.py), not requests.
 _REQUEST = re.compile(
@@ -45,12 +51,23 @@ _REQUEST = re.compile(
     r"|\bplease\b"
     r"|^(?:tell|give|show|send|book|reserve|cancel|change|make|add|remove|put|call|find|check|help|"
     r"repeat|say|read|explain|describe|list|recommend|order|schedule|set|stop|continue|go on|start|"
-    r"play|turn|open|buy|pay|transfer|connect|text|email|remind|get me|let's)\b"
+    r"play|turn|open|buy|pay|transfer|connect|text|email|remind|get me|let's|verify|confirm|fix|repair|"
+    r"look up|update|forward|spell)\b"
+    # Any verb said to the agent with "me" or "us" right after it is asked of it ("Verify me.", "Trust me.");
+    # a sentence whose subject is dropped starts with a past or a third person ("Told me.", "Gives me...").
+    rf"|^(?!(?:{_NOT_VERBS})\b)[a-z]+(?<!ed)(?<!s) (?:me|us)\b"
 )
 _CLOSING = re.compile(
     r"\b(?:thank you|thanks|thank you very much|bye|goodbye|good bye|bye bye|see you|"
     r"have a (?:nice|good|great) (?:day|evening|night|one)|that's all|that is all|that will be all|"
-    r"that's everything|nothing else|no thanks|no thank you)\b"
+    r"that's everything|nothing else|no thanks|no thank you|that'll be it|that's about it|"
+    # "That's it." alone agrees as often ("Yeah, yeah, that's it." went on, in a meeting).
+    r"(?:and|so|no|think|guess) that(?:'s| is) it|that(?:'s| is) it for (?:me|now|today))\b"
+)
+# Whom the words are said to, before a question or a request ("computer what is the weather", "Anna, can you..."):
+# a wake word, or one word and Whisper's comma.
+_ADDRESS = re.compile(
+    r"^(?:(?:hey|ok|okay)\W+)?(?:computer|assistant|agent|alexa|siri|google|robot|bot)\b\W*|^[a-z]+, "
 )
 _GREETING = re.compile(
     r"^(?:hi|hello|hey|hiya|howdy|good (?:morning|afternoon|evening)|greetings)(?: there| again| everyone)?\W*$"
@@ -81,10 +98,11 @@ def speech_act(transcript: str | None) -> SpeechAct:
     if _GREETING.match(words):
         return SpeechAct.GREETING
     core = _LEADING_FILLERS.sub("", words)
-    if _REQUEST.search(core):
-        return SpeechAct.REQUEST
-    if _QUESTION_START.match(core):
-        return SpeechAct.QUESTION  # Whisper's full stop after a question said flat
+    for said_to_whom in (core, _ADDRESS.sub("", core, count=1)):
+        if _REQUEST.search(said_to_whom):
+            return SpeechAct.REQUEST
+        if _QUESTION_START.match(said_to_whom):
+            return SpeechAct.QUESTION  # Whisper's full stop after a question said flat, or none
     return SpeechAct.TELLING
 
 

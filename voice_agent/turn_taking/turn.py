@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from .pause_habit import PauseHabit
-from .speech_act import SpeechAct, hands_over, speech_act
+from .speech_act import SpeechAct, hands_over, sentences, speech_act
 
 # Words after which a speaker almost always goes on, even when Whisper has
 # already put a full stop after them ("I'd like a table for."). Whisper writes
@@ -46,8 +46,13 @@ MAYBE_CONTINUING_WORDS = frozenset(
 # on ... Friday" ("We to arrive on.") and after "and" misheard ("A cheeseburger
 # in."), so with a full stop they count as trailing.
 PREPOSITIONS = frozenset("in on by about".split())
-# A question may end in one of these: "Is there anything else I can help you with?", "Where are you from?".
+# A question may end in one of these: "Is there anything else I can help you with?", "Where are you from?",
 STRANDED_PREPOSITIONS = frozenset("to of at for from with into".split())
+# when the preposition's object stands earlier in the sentence, as a wh-word or an indefinite. "Can I get a
+# table for?" has none: Whisper's "?" at a pause before "six".
+_FRONTED_OBJECT = re.compile(
+    r"\b(?:what|which|who|whom|whose|where|anything|something|everything|nothing|anyone|someone|everyone|else)\b"
+)
 
 # Phrases that ask for time to think: the user has the floor until they go on.
 HOLDING_PHRASES = (
@@ -63,6 +68,9 @@ HOLDING_PHRASES = (
     "just a moment",
     "just a second",
     "give me a second",
+    "give me a minute",
+    "just a minute",
+    "bear with me",
 )
 
 # A sentence that announces what comes next ("The thing is ...", "What I mean is ..."): Whisper puts a
@@ -75,7 +83,16 @@ _ANNOUNCING = re.compile(
 # "Wait." or "No, wait." opening a sentence, not "I can wait.": the user is about to correct themselves.
 _WAIT = re.compile(r"(?:^|[.!?]\s+)(?:(?:no|oh|uh|um|okay|ok|sorry)\W+)*wait\W*$")
 _LAST_WORD = re.compile(r"([\w']+)\W*$")
-_HOLDING = re.compile(r"\b(?:" + "|".join(re.escape(p).replace("'", "'?") for p in HOLDING_PHRASES) + r")\W*$")
+# A filler phrase leaves the clause open after Whisper's full stop too ("Okay, um, we, um, you know."), like "um".
+_TRAILING_FILLER = re.compile(r"\b(?:you know|i mean|kind of|sort of)\W*$")
+# Digits after an article or a possessive qualify a noun still to come: "this one was a 2018 ... Tesla".
+_NUMBER_BEFORE_ITS_NOUN = re.compile(r"\b(?:a|an|the|my|your|his|her|our|their|this|that) [\d,.]*\d\W*$")
+# "Give me just one second here.": a word or two of where or please after it still asks for the time.
+_HOLDING = re.compile(
+    r"\b(?:"
+    + "|".join(re.escape(p).replace("'", "'?") for p in HOLDING_PHRASES)
+    + r")(?:\W+(?:here|there|please|now|okay|ok|sorry|for me))*\W*$"
+)
 _WORD = re.compile(r"\w")
 # A phone number is said in groups with pauses between them ("555 ... 0192");
 # fewer digits than a local number after "number is" is the first group.
@@ -108,10 +125,12 @@ def classify(transcript: str | None) -> Completeness:
     lowered = text.lower()
     if _HOLDING.search(lowered) or _WAIT.search(lowered) or _ANNOUNCING.search(lowered):
         return Completeness.INCOMPLETE
+    if _TRAILING_FILLER.search(lowered) or _NUMBER_BEFORE_ITS_NOUN.search(lowered):
+        return Completeness.INCOMPLETE
     match = _LAST_WORD.search(lowered)
     if match:
         word = match.group(1)
-        if word in CONTINUING_WORDS and not (text[-1] == "?" and word in STRANDED_PREPOSITIONS):
+        if word in CONTINUING_WORDS and not (text[-1] == "?" and _stranded(lowered, word)):
             return Completeness.INCOMPLETE
         if word.isdigit():
             if _is_partial_phone_number(lowered):
@@ -127,6 +146,22 @@ def classify(transcript: str | None) -> Completeness:
     if text[-1] in ".!?":
         return Completeness.COMPLETE
     return Completeness.UNKNOWN
+
+
+def _asks_ending_stranded(transcript: str) -> bool:
+    """A question by its form that ends in a preposition a question may end in, with no "?" from Whisper.
+
+    "Is there anything else I can help you with." is as finished as with its "?"; a question whose preposition
+    has nothing earlier to be about ("Can I get a table for.") is not, and the LLM has the last word."""
+    lowered = transcript.lower()
+    match = _LAST_WORD.search(lowered)
+    return match is not None and _stranded(lowered, match.group(1)) and speech_act(transcript) is SpeechAct.QUESTION
+
+
+def _stranded(lowered: str, last_word: str) -> bool:
+    """Whether ``last_word`` is a preposition whose object stands earlier in the last sentence."""
+    said = sentences(lowered)
+    return last_word in STRANDED_PREPOSITIONS and bool(said) and _FRONTED_OBJECT.search(said[-1]) is not None
 
 
 def _is_partial_phone_number(text: str) -> bool:
@@ -191,15 +226,16 @@ def fused_completeness(signals: TurnSignals) -> Completeness:
             level = Completeness.UNKNOWN
         elif level is Completeness.UNKNOWN and logprob >= LLM_FINISHED:
             level = Completeness.COMPLETE  # "We will arrive at around 730."
+        elif level is Completeness.INCOMPLETE and logprob >= LLM_FINISHED and _asks_ending_stranded(signals.transcript):
+            level = Completeness.COMPLETE  # "Is that anything else I can help you with." with Whisper's full stop
     audio = signals.audio_end_probability
     if audio is not None and level is Completeness.COMPLETE and audio < AUDIO_FINISHED:
         level = Completeness.UNKNOWN
     return level
 
 
-# Endings that leave a telling open even after Whisper's full stop: a filler phrase,
-# and the subject pronouns MAYBE_CONTINUING_WORDS does not hold ("and then they.").
-_TRAILING_FILLER = re.compile(r"\b(?:you know|i mean|kind of|sort of)\W*$")
+# Endings that leave a telling open even after Whisper's full stop: the subject pronouns
+# MAYBE_CONTINUING_WORDS does not hold ("and then they.").
 OPEN_ENDINGS = MAYBE_CONTINUING_WORDS | frozenset("he she they".split())
 
 
@@ -216,15 +252,18 @@ def told_in_full(signals: TurnSignals) -> bool:
         return False
     if classify(text) is not Completeness.COMPLETE or fused_completeness(signals) is not Completeness.COMPLETE:
         return False
-    lowered = text.strip().lower()
-    if _TRAILING_FILLER.search(lowered):
-        return False
-    match = _LAST_WORD.search(lowered)
+    match = _LAST_WORD.search(text.strip().lower())
     return match is not None and match.group(1) not in OPEN_ENDINGS and not match.group(1).isdigit()
 
 
-# "730", "7:30", "19.30", "seven pm": a time of day is a whole value.
-_TIME_OF_DAY = re.compile(r"(?:\b(?:[01]?\d|2[0-3])[:.]?[0-5]\d|\b\d{1,2} ?(?:am|pm|a\.m|p\.m|o'clock))\W*$", re.I)
+# "7:30", "at around 730", "by 19.30", "seven pm": a time of day is a whole value. Digits alone are one only
+# after a word that takes a time: "this one was a 2018" is a year, and the clause goes on ("... Tesla").
+_TIME_OF_DAY = re.compile(
+    r"(?:\b(?:[01]?\d|2[0-3]):[0-5]\d"
+    r"|\b(?:at|around|about|by|until|till|before|after|from|to|and|or) (?:[01]?\d|2[0-3])[.]?[0-5]\d"
+    r"|\b\d{1,2} ?(?:am|pm|a\.m|p\.m|o'clock))\W*$",
+    re.I,
+)
 
 
 def _ends_in_a_time(transcript: str | None) -> bool:
@@ -329,6 +368,17 @@ class TurnDetector:
             return self.habit.telling_ms(silence)  # a user known to think longer after a telling
         return silence
 
+    def explain(self, signals: TurnSignals) -> str:
+        """What the decision read, for the debug log: which of the rules' inputs held a turn, and how long."""
+        act = speech_act(signals.transcript) if has_words(signals.transcript) else None
+        return (
+            f"{self.required_silence_ms(signals)} ms: {fused_completeness(signals).value}"
+            f" {act.value if act else 'no words'}, told in full {told_in_full(signals)},"
+            f" logprob {signals.end_of_turn_logprob}, answer {signals.answer and signals.answer.value},"
+            f" agent asked {signals.agent_asked}, the user's longest pause {self.habit.longest_within_turns_ms():.0f} ms,"
+            f" {signals.transcript!r}"
+        )
+
     def longest_ms(self) -> int:
         """The longest silence any words ask for: after an unfinished sentence, or after a telling from a user
         known to think longer than that."""
@@ -347,11 +397,12 @@ class TurnDetector:
                 return max(silence, self.told_ms)
             return max(silence, self.habit.telling_ms(self.telling_ms))
         no_hint = self._silence_ms[Completeness.UNKNOWN]
-        if self.habit.longest_within_turns_ms() >= no_hint:
+        if self.habit.longest_within_turns_ms() >= no_hint and speech_act(signals.transcript) is not SpeechAct.CLOSING:
             # A user who thought that long within a turn after a finished sentence may do so after a question
             # too: "Does anyone want to see Steve's feedback from there? ... from the specification?" (AMI,
             # 780 ms), which every signal but Smart Turn called over. A shorter pause is the rhythm between
-            # sentences ("Sorry. Make that five people."); the answer to the agent's question is not held back.
+            # sentences ("Sorry. Make that five people."); the answer to the agent's question is not held back, nor
+            # a goodbye ("I don't think so, and that's it.").
             return max(silence, no_hint)
         return silence
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -166,6 +167,15 @@ def faint(seconds: float) -> np.ndarray:
     return tone(seconds) / 20
 
 
+def loop_time() -> float:
+    """The running loop's clock, as in a server (time.monotonic): where a test moves it (AudioClock), the
+    session's timers and its own clock move together."""
+    try:
+        return asyncio.get_running_loop().time()
+    except RuntimeError:  # a test that builds a session outside a loop
+        return time.monotonic()
+
+
 class Harness:
     def __init__(self, answer="One two three. Four five six seven eight nine ten.", **settings):
         self.llm = FakeLLM(answer)
@@ -186,7 +196,7 @@ class Harness:
         )
         self.settings = Settings(**{**defaults, **settings})
         self.events: list = []
-        self.session = Session(engines, self.settings, self.events.append, "test")
+        self.session = Session(engines, self.settings, self.events.append, "test", clock=loop_time)
 
     async def feed(self, audio: np.ndarray, realtime: bool = True):
         """Feed 20 ms frames; at real-time pace when the test needs the clock to move."""
@@ -633,10 +643,19 @@ async def test_the_words_so_far_go_to_the_llms_cache_while_the_user_speaks():
     await h.session.close()
 
 
-async def test_a_partial_that_comes_after_the_user_paused_is_not_prefilled():
+async def test_a_partial_that_comes_after_the_user_paused_is_not_prefilled(monkeypatch):
     h = Harness(preemptive_generation=False)
-    h.stt.delay = 0.15  # the partial comes in after the pause began
     h.stt.text = "We arrive on"
+    partial = h.session.stt.partial
+
+    async def partial_after_the_pause(audio):
+        # In once the final transcription of the pause began, whatever the machine's pace: a delay would race
+        # the frames fed at real time, and lose to any stall of the loop.
+        text = await partial(audio)
+        await h.until(lambda: h.session.listener.turn is not None and h.session.listener.turn.pausing)
+        return text
+
+    monkeypatch.setattr(h.session.stt, "partial", partial_after_the_pause)
     await h.feed(tone(0.55))
     await h.feed(quiet(0.4))
     assert [e.text for e in h.of(Transcript) if e.role == "user" and not e.final] == ["We arrive on"]
@@ -1010,17 +1029,44 @@ async def test_speech_that_stops_short_of_a_check_resumes_the_agent_before_its_t
     await h.session.close()
 
 
+class AudioClock:
+    """From its making, the event loop's time is the audio's: each frame fed comes 20 ms after the one before,
+    and the timers due by then run before it is heard. Frames fed at real time meet timers of tens of ms (the
+    onset's pause, its hold over a fade) a little later on a loaded machine, and a test about which comes first
+    would fail by chance."""
+
+    def __init__(self, h: Harness, monkeypatch):
+        self.h = h
+        loop = asyncio.get_running_loop()
+        self.now = loop.time()
+        monkeypatch.setattr(loop, "time", lambda: self.now)
+
+    async def feed(self, audio: np.ndarray) -> None:
+        for start in range(0, len(audio), 320):
+            self.now += 320 / RATE
+            await self.settle()
+            self.h.session.handle(AudioReceived(audio[start : start + 320]))
+            await self.settle()
+
+    @staticmethod
+    async def settle() -> None:
+        """What is due, and what it sets off, runs: a few turns of the loop."""
+        for _ in range(5):
+            await asyncio.sleep(0)
+
+
 async def test_lone_speech_windows_close_together_keep_the_agent_silent(monkeypatch):
     # Over the echo a user's first syllables came as lone speech windows about 60 ms apart ("Hold on"), the
     # echo test taking those between for echo: resumed at each fade, the agent talked on until they made a turn.
     h, calls = await answer_playing(monkeypatch, output_lead_ms=120)
+    audio = AudioClock(h, monkeypatch)
     for _ in range(5):  # a window of speech, then one or two without
-        await h.feed(tone(0.02))
-        await h.feed(quiet(0.06))
+        await audio.feed(tone(0.02))
+        await audio.feed(quiet(0.06))
     assert h.session.listener.turn is None  # no run made a turn
     assert calls == ["pause"]
     sent = len(h.of(AgentAudio))
-    await h.feed(quiet(0.2))
+    await audio.feed(quiet(0.2))
     assert calls == ["pause", "resume"] and len(h.of(AgentAudio)) > sent
     await h.session.close()
 

@@ -8,6 +8,9 @@ import pytest
 from voice_agent.engines.llm import llamacpp
 from voice_agent.engines.llm.llamacpp import LlamaCppBackend
 
+# With llama.cpp faked, but in the models tier: the fast tier refuses LlamaCppBackend's constructor outright.
+pytestmark = pytest.mark.models
+
 
 class FakeLlama:
     def __init__(self, **kwargs):

@@ -195,12 +195,18 @@ async def test_an_answer_after_its_reading_is_the_answer_without_one(pool, llm):
     assert answer and answer == completion["choices"][0]["message"]["content"]
 
 
-async def test_end_of_turn_logprob_never_waits_for_a_busy_pool(llm):
+async def test_end_of_turn_logprob_is_read_on_the_reader_while_the_pool_answers(llm, pool):
+    """Issue 38: a question waited the long silence at 4 sessions because no instance was idle to read it."""
+    messages = conversation("What do you recommend for dinner and dessert?")
     stream = llm.stream_chat([{"role": "user", "content": "Tell me a long story about a dragon."}])
     assert await anext(stream)
-    # Words never read before: a reading already made (an earlier test's "Yes.") is returned at once.
-    assert await llm.end_of_turn_logprob(conversation("Perhaps on Tuesday.")) is None
+    counts = record_evaluations(llm)  # the answering instance's
+    # Words never read before: a reading already made is returned at once.
+    busy = await llm.end_of_turn_logprob(messages)
+    assert counts == [[]]  # the answer's cache was left alone
     await stream.aclose()
+    alone = await pool.end_of_turn_logprob(messages)  # another backend's, on an idle instance
+    assert busy is not None and alone is not None and abs(busy - alone) < 0.1
 
 
 async def test_warm_up_evaluates_the_system_prompt_on_every_instance():

@@ -134,7 +134,8 @@ class ServerMetrics:
             "llm": Histogram(
                 "voice_agent_llm_queue_wait_seconds",
                 "How long LLM work waited for a llama.cpp instance, by kind: answer, prefill (an evaluation "
-                "ahead of an answer: the history between turns, the end-of-turn reading).",
+                "ahead of an answer: the history between turns, the end-of-turn reading), reading (an "
+                "end-of-turn reading on the reader's context, while every instance answers).",
                 ["kind"],
                 buckets=LATENCY_BUCKETS,
                 registry=r,

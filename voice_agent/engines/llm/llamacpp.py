@@ -38,6 +38,7 @@ from ..threads import iterate_in_thread, outlast
 from ..wait_line import WaitLine
 from .base import Message, PromptTooLong
 from .markup import ChatMarkup
+from .reader import Reader
 from .requantize import q8_0_copy
 
 T = TypeVar("T")
@@ -144,20 +145,21 @@ class LlamaCppBackend:
         self._formatter: Any = None  # the chat template, for end_of_turn_logprob
         # The end-of-turn probability each recent answer read on its way, by its messages.
         self._answer_readings: OrderedDict[tuple, asyncio.Future] = OrderedDict()
-        for i in range(instances):
-            log.info("loading LLM %s (instance %d of %d)", self.model_path, i + 1, instances)
-            self._instances.append(
-                _Instance(
-                    Llama(
-                        model_path=self.model_path,
-                        n_ctx=context,
-                        n_threads=threads,
-                        n_threads_batch=prompt_threads,
-                        use_mmap=True,
-                        verbose=False,
-                    )
-                )
+
+        def load() -> Any:
+            return Llama(
+                model_path=self.model_path,
+                n_ctx=context,
+                n_threads=threads,
+                n_threads_batch=prompt_threads,
+                use_mmap=True,
+                verbose=False,
             )
+
+        for i in range(instances):
+            log.info("loading LLM %s (instance %d of %d, and a reader)", self.model_path, i + 1, instances)
+            self._instances.append(_Instance(load()))
+        self._reader = Reader(load(), self.wait_line)  # end-of-turn readings while every instance answers
         self.instances = len(self._instances)
         self.context = context
         self.special_tokens = _control_tokens(self._instances[0].llama)
@@ -244,17 +246,19 @@ class LlamaCppBackend:
         (:meth:`_generate`): that reading is returned, when the answer gets
         there, for no evaluation of its own and no wait for an instance.
         Without it, the probability is evaluated on an idle instance, which is
-        marked as filling its cache with the answer's prompt; None when no
-        instance is idle: an end-of-turn guess never makes an answer wait.
+        marked as filling its cache with the answer's prompt; when none is
+        idle, on the :class:`~.reader.Reader`: a reading never makes an answer
+        wait, and no answer makes the turn's decision go without it.
         """
         messages = self._markup.screen_messages(messages)
         key = _key(messages)
         if answering or key in self._answer_readings:
             return await asyncio.shield(self._answer_reading(key))
         if self.idle_instances < 1:
-            return None
-        logprob = await self._prefilling(messages, self._end_of_turn_logprob)
-        self._read(key, logprob)  # the answer to these messages, on this instance, samples at once: read already
+            logprob = await self._reader.read(self._end_of_turn_logprob, messages)
+        else:
+            logprob = await self._prefilling(messages, self._end_of_turn_logprob)
+        self._read(key, logprob)  # the answer to these messages need not read again
         return logprob
 
     def _answer_reading(self, key: tuple) -> asyncio.Future:
@@ -431,6 +435,7 @@ class LlamaCppBackend:
 
     async def close(self) -> None:
         self._executor.shutdown(wait=False, cancel_futures=True)
+        self._reader.close()
 
 
 def _control_tokens(llama) -> frozenset[str]:

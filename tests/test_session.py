@@ -1140,8 +1140,9 @@ async def test_a_first_reading_that_may_be_a_word_begun_keeps_the_agent_paused_f
     # Resumed as for a hum or a backchannel, the agent would talk on over a user who goes on, until the next check.
     h, calls = await answer_playing(monkeypatch)
     h.session.engines.stt = stt()
-    await h.feed(tone(0.6))
-    await h.until(lambda: h.of(Clear))
+    audio = AudioClock(h, monkeypatch)
+    await audio.feed(tone(0.6))
+    assert h.of(Clear)
     assert "resume" not in calls
     await h.session.close()
 

@@ -1111,8 +1111,9 @@ class ToneLengthSTT(FakeSTT):
 async def test_a_reading_that_turns_out_a_noise_once_the_turn_ends_does_not_interrupt(monkeypatch, stt):
     h, calls = await answer_playing(monkeypatch)
     h.session.engines.stt = stt()
-    await h.feed(tone(0.4))
-    await h.feed(quiet(0.5))
+    audio = AudioClock(h, monkeypatch)
+    await audio.feed(tone(0.4))
+    await audio.feed(quiet(0.5))
     assert h.of(Clear) == []
     assert calls[-1:] == ["resume"]
     await h.session.close()
@@ -1140,8 +1141,9 @@ async def test_a_first_reading_that_may_be_a_word_begun_keeps_the_agent_paused_f
     # Resumed as for a hum or a backchannel, the agent would talk on over a user who goes on, until the next check.
     h, calls = await answer_playing(monkeypatch)
     h.session.engines.stt = stt()
-    await h.feed(tone(0.6))
-    await h.until(lambda: h.of(Clear))
+    audio = AudioClock(h, monkeypatch)
+    await audio.feed(tone(0.6))
+    assert h.of(Clear)
     assert "resume" not in calls
     await h.session.close()
 
@@ -1156,8 +1158,9 @@ async def test_words_whisper_judges_no_speech_interrupt_only_with_a_stop_word(mo
     h, calls = await answer_playing(monkeypatch)
     h.session.engines.stt = stt = ScriptedSTT(reading)
     stt.no_speech = True
-    await h.feed(tone(0.6))
-    await h.feed(quiet(0.5))
+    audio = AudioClock(h, monkeypatch)
+    await audio.feed(tone(0.6))
+    await audio.feed(quiet(0.5))
     assert stt.calls >= 2  # read as it went on, and whole
     assert bool(h.of(Clear)) is stops
     if not stops:
@@ -1199,8 +1202,9 @@ async def test_a_stop_word_whisper_judges_no_speech_in_less_speech_than_any_said
 async def test_a_short_turn_without_a_stop_word_does_not_stop_the_agent(monkeypatch, reading):
     h, calls = await answer_playing(monkeypatch)
     h.session.engines.stt = stt = ScriptedSTT(reading)
-    await h.feed(tone(0.18))
-    await h.feed(quiet(0.8))
+    audio = AudioClock(h, monkeypatch)
+    await audio.feed(tone(0.18))
+    await audio.feed(quiet(0.8))
     assert stt.calls  # it was read
     assert h.of(Clear) == []
     assert not h.session.reply.paused

@@ -317,9 +317,14 @@ class Listener:
             turn.resuming_windows += 1
             return
         turn.decision = (signals, self._detector.required_silence_ms(signals))
-        log.debug(
-            "session %s: turn %d ends after %.0f ms, %s", self._id, turn.id, silence_ms, self._detector.explain(signals)
-        )
+        if log.isEnabledFor(logging.DEBUG):  # explain() reruns the decision: only for a reader of the debug log
+            log.debug(
+                "session %s: turn %d ends after %.0f ms, %s",
+                self._id,
+                turn.id,
+                silence_ms,
+                self._detector.explain(signals),
+            )
         self._last_commit = (turn.start, turn.last_speech, classify(signals.transcript) is Completeness.COMPLETE)
         self._turn_taker.commit(turn)
 

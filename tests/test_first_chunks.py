@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
+import numpy as np
 import pytest
 
 from tests.test_reply import RATE, RecordingLLM, SlowTTS
@@ -111,3 +112,101 @@ async def test_give_way_does_not_wait_while_work_waits_for_an_llm_instance():
     assert not waiting.done()
     queued[0] = 1
     await asyncio.wait_for(waiting, 0.5)
+
+
+async def test_give_way_waits_while_a_final_transcript_waits_or_runs():
+    finals = [1]
+    chunks = FirstChunks(finals_in_flight=lambda: finals[0])
+    waiting = asyncio.create_task(chunks.give_way("me", lambda: True))
+    await asyncio.sleep(0.1)
+    assert not waiting.done()
+    assert chunks.others_waiting("me") == 1
+    finals[0] = 0
+    await asyncio.wait_for(waiting, 0.5)
+
+
+async def test_a_later_chunk_waits_even_while_work_waits_for_an_llm_instance():
+    # Synthesizing frees no instance, so it gives way whoever waits for one.
+    chunks = FirstChunks(lambda: 1)
+    chunks.waiting("other")
+    await asyncio.wait_for(chunks.give_way("me", lambda: True), 0.01)  # a token: goes on
+    waiting = asyncio.create_task(chunks.give_way("me", lambda: True, frees_instance=False))
+    await asyncio.sleep(0.1)
+    assert not waiting.done()
+    chunks.done("other")
+    await asyncio.wait_for(waiting, 0.5)
+
+
+class GatedTTS:
+    """Two seconds of audio a chunk, each synthesized once the test lets it."""
+
+    sample_rate = RATE
+
+    def __init__(self, log: list[str]):
+        self.log = log
+        self.go = asyncio.Event()
+        self.go.set()
+
+    async def synthesize(self, text):
+        self.log.append(f"synthesize {text}")
+        await self.go.wait()
+        self.log.append(f"synthesized {text}")
+        yield np.full(2 * RATE, 0.2, dtype=np.float32)
+
+
+def playing_reply(log: list[str], chunks: FirstChunks, tts: GatedTTS) -> Reply:
+    return Reply(
+        llm=RecordingLLM("Sure, I can. Here is more.", log),
+        tts=tts,
+        messages=[],
+        output_rate=RATE,
+        lead_s=10.0,
+        emit=lambda event: None,
+        turn=1,
+        user_text="hi",
+        first_chunk_min_words=1,
+        first_chunks=chunks,
+    )
+
+
+async def test_a_playing_reply_with_audio_in_hand_synthesizes_no_later_chunk_while_another_waits():
+    log: list[str] = []
+    chunks = FirstChunks(lambda: 1)  # work waits for an LLM instance: its tokens go on, its chunks wait
+    chunks.waiting("another session's reply")
+    playing = playing_reply(log, chunks, GatedTTS(log))
+    running = asyncio.create_task(playing.run())
+    try:
+        while "token more." not in log:
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.1)
+        assert [line for line in log if line.startswith("synthesize")] == ["synthesize Sure,", "synthesized Sure,"]
+        chunks.done("another session's reply")
+        while "synthesized I can." not in log:
+            await asyncio.sleep(0.01)
+    finally:
+        running.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await running
+
+
+async def test_a_reply_waits_for_its_first_chunk_until_that_chunk_is_synthesized():
+    log: list[str] = []
+    chunks = FirstChunks()
+    tts = GatedTTS(log)
+    tts.go.clear()
+    playing = playing_reply(log, chunks, tts)
+    running = asyncio.create_task(playing.run())
+    try:
+        while "synthesize Sure," not in log:
+            await asyncio.sleep(0.01)
+        assert chunks.others_waiting("another session's reply") == 1  # its first chunk is out, not its audio
+        tts.go.set()
+        while "synthesized Sure," not in log:
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0)
+        assert chunks.others_waiting("another session's reply") == 0
+    finally:
+        running.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await running
+    assert chunks.others_waiting("anyone") == 0

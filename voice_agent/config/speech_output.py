@@ -26,12 +26,13 @@ class SpeechOutputSettings:
         "(for, on, but, to...) once it has --first-chunk-min-words words; off: only at punctuation.",
         "tts",
     )
-    # engines/first_chunks.py: on 2 cores the later sentences of one session's answer slow the first
-    # chunks of others (docs/results/capacity.md).
+    # engines/first_chunks.py: on 2 cores the later sentences of one session's answer slow the finals and
+    # first chunks of others (docs/results/capacity.md).
     first_chunks_first: bool = option(
         True,
-        "A reply whose first chunk is out stops generating while another session's reply waits for its first "
-        "chunk, as long as it is held or has more than 1 s of audio still to play; off: all generate at once.",
+        "A reply whose first chunk is synthesized stops generating and synthesizing while another session's "
+        "final transcript or first chunk is due, as long as it is held or has more than 1 s of audio still to "
+        "play; off: all generate and synthesize at once.",
         "tts",
     )
     tts_voice: str = option(

@@ -30,12 +30,12 @@ class Engines:
     # Every session's Whisper calls go through it, in turn and within a budget. It looks ``stt`` up at each
     # call, so a test may swap the model.
     stt_queue: STTQueue = field(init=False)
-    # Every session's replies: the later chunks of one give way to the first chunks of others.
+    # Every session's replies: the later chunks of one give way to the finals and first chunks of others.
     first_chunks: FirstChunks = field(init=False)
 
     def __post_init__(self) -> None:
         self.stt_queue = STTQueue(lambda: self.stt)
-        self.first_chunks = FirstChunks(self._llm_waiting)
+        self.first_chunks = FirstChunks(self._llm_waiting, self.stt_queue.finals_in_flight)
 
     def _llm_waiting(self) -> int:
         line = getattr(self.llm, "wait_line", None)  # the embedded llama.cpp's: other LLMs queue elsewhere

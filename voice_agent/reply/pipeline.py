@@ -147,6 +147,8 @@ class Reply:
         """Generate, synthesize and play the answer; a stage's failure is raised as that stage raised it."""
         chunk_queue: asyncio.Queue[str | None] = asyncio.Queue()
         audio_queue: asyncio.Queue = asyncio.Queue(self._audio_ahead_frames)
+        if self._first_chunks is not None:
+            self._first_chunks.waiting(self)  # until its first chunk is synthesized (_synthesize)
         try:
             async with asyncio.TaskGroup() as tasks:
                 tasks.create_task(self._generate(chunk_queue))
@@ -156,18 +158,11 @@ class Reply:
             # One stage failed first and the others were cancelled: its exception is the answer's failure,
             # not the group that wraps it.
             raise _first_cause(group) from None
+        finally:
+            if self._first_chunks is not None:
+                self._first_chunks.done(self)
 
     async def _generate(self, chunks: asyncio.Queue) -> None:
-        if self._first_chunks is None:
-            await self._generate_chunks(chunks)
-            return
-        self._first_chunks.waiting(self)
-        try:
-            await self._generate_chunks(chunks)
-        finally:
-            self._first_chunks.done(self)
-
-    async def _generate_chunks(self, chunks: asyncio.Queue) -> None:
         self.timings.request_at = self._clock()
         stream = self._llm.stream_chat(self._messages)
         said: set[str] = set()
@@ -215,14 +210,15 @@ class Reply:
         said.add(key)
         if self.timings.first_chunk_ms is None:
             self.timings.first_chunk_ms = self._ms_since(self.timings.request_at)
-            if self._first_chunks is not None:
-                self._first_chunks.done(self)
         chunks.put_nowait(text)
         return True
 
     async def _synthesize(self, chunks: asyncio.Queue, audio: asyncio.Queue) -> None:
         index = 0
         while (text := await chunks.get()) is not None:
+            if index and self._first_chunks is not None:
+                # A later chunk: its audio is wanted only once what is in hand has played.
+                await self._first_chunks.give_way(self, self._has_audio_in_hand, frees_instance=False)
             handed_at = self._clock()
             resampler = StreamResampler(self._tts.sample_rate, self._rate)
             pending = np.zeros(0, dtype=np.float32)
@@ -241,12 +237,16 @@ class Reply:
                     # most one sentence: it is synthesized, and the LLM may go on while
                     # its frames wait for room in the queue.
                     self._first_chunk_synthesized.set()
+                    if self._first_chunks is not None:
+                        self._first_chunks.done(self)
                 if first:
                     await audio.put(chunk)  # a chunk starts
                     first = False
                 chunk.synthesized_s += len(piece) / self._tts.sample_rate
                 pending = await self._queue_frames(audio, np.concatenate([pending, resampler.process(piece)]))
             self._first_chunk_synthesized.set()
+            if self._first_chunks is not None:
+                self._first_chunks.done(self)
             if first:
                 continue  # nothing speakable in this chunk
             tail = np.concatenate([pending, resampler.process(np.zeros(0, np.float32), last=True)])

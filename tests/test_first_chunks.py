@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from tests.test_reply import RATE, RecordingLLM, SlowTTS
-from voice_agent.engines.first_chunks import FirstChunks
+from voice_agent.engines.first_chunks import GIVE_WAY_AHEAD_S, FirstChunks, has_audio_in_hand
 from voice_agent.reply.pipeline import Reply
 
 
@@ -137,6 +137,14 @@ async def test_a_later_chunk_waits_even_while_work_waits_for_an_llm_instance():
     await asyncio.wait_for(waiting, 0.5)
 
 
+async def until_logged(log: list[str], line: str) -> None:
+    async def logged() -> None:
+        while line not in log:
+            await asyncio.sleep(0.01)
+
+    await asyncio.wait_for(logged(), 5)
+
+
 class GatedTTS:
     """Two seconds of audio a chunk, each synthesized once the test lets it."""
 
@@ -176,13 +184,11 @@ async def test_a_playing_reply_with_audio_in_hand_synthesizes_no_later_chunk_whi
     playing = playing_reply(log, chunks, GatedTTS(log))
     running = asyncio.create_task(playing.run())
     try:
-        while "token more." not in log:
-            await asyncio.sleep(0.01)
+        await until_logged(log, "token more.")
         await asyncio.sleep(0.1)
         assert [line for line in log if line.startswith("synthesize")] == ["synthesize Sure,", "synthesized Sure,"]
         chunks.done("another session's reply")
-        while "synthesized I can." not in log:
-            await asyncio.sleep(0.01)
+        await until_logged(log, "synthesized I can.")
     finally:
         running.cancel()
         with pytest.raises(asyncio.CancelledError):
@@ -197,12 +203,10 @@ async def test_a_reply_waits_for_its_first_chunk_until_that_chunk_is_synthesized
     playing = playing_reply(log, chunks, tts)
     running = asyncio.create_task(playing.run())
     try:
-        while "synthesize Sure," not in log:
-            await asyncio.sleep(0.01)
+        await until_logged(log, "synthesize Sure,")
         assert chunks.others_waiting("another session's reply") == 1  # its first chunk is out, not its audio
         tts.go.set()
-        while "synthesized Sure," not in log:
-            await asyncio.sleep(0.01)
+        await until_logged(log, "synthesized Sure,")
         await asyncio.sleep(0)
         assert chunks.others_waiting("another session's reply") == 0
     finally:
@@ -210,3 +214,43 @@ async def test_a_reply_waits_for_its_first_chunk_until_that_chunk_is_synthesized
         with pytest.raises(asyncio.CancelledError):
             await running
     assert chunks.others_waiting("anyone") == 0
+
+
+def test_the_audio_in_hand_must_outlast_the_slowest_chunk_synthesis():
+    assert has_audio_in_hand(GIVE_WAY_AHEAD_S + 0.2, chunk_took_s=0.1)
+    assert not has_audio_in_hand(GIVE_WAY_AHEAD_S + 0.2, chunk_took_s=0.3)  # a loaded machine: it goes on
+    assert not has_audio_in_hand(GIVE_WAY_AHEAD_S, chunk_took_s=0.0)
+
+
+async def test_a_reply_whose_chunks_were_slow_to_synthesize_goes_on_with_audio_in_hand():
+    log: list[str] = []
+    now = [0.0]
+
+    class SlowOnTheClock(GatedTTS):
+        async def synthesize(self, text):
+            now[0] += 1.5  # each chunk takes 1.5 s on the reply's clock, for 2 s of audio
+            async for piece in super().synthesize(text):
+                yield piece
+
+    chunks = FirstChunks()
+    chunks.waiting("another session's reply")
+    playing = Reply(
+        llm=RecordingLLM("Sure, I can. Here is more.", log),
+        tts=SlowOnTheClock(log),
+        messages=[],
+        output_rate=RATE,
+        lead_s=10.0,
+        emit=lambda event: None,
+        turn=1,
+        user_text="hi",
+        first_chunk_min_words=1,
+        first_chunks=chunks,
+        clock=lambda: now[0],
+    )
+    running = asyncio.create_task(playing.run())
+    try:
+        await until_logged(log, "synthesized I can.")  # 2 s in hand is less than 1 s beside 1.5 s a chunk
+    finally:
+        running.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await running

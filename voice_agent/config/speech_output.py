@@ -31,8 +31,8 @@ class SpeechOutputSettings:
     first_chunks_first: bool = option(
         True,
         "A reply whose first chunk is synthesized stops generating and synthesizing while another session's "
-        "final transcript or first chunk is due, as long as it is held or has more than 1 s of audio still to "
-        "play; off: all generate and synthesize at once.",
+        "final transcript or first chunk is due, as long as it is held or has more audio still to play than 1 s "
+        "and the longest its chunks took to synthesize; off: all generate and synthesize at once.",
         "tts",
     )
     tts_voice: str = option(

@@ -10,9 +10,11 @@ reply whose first chunk is synthesized stops pulling tokens, and stops
 synthesizing its next chunk, while another session is on its critical path (a
 final transcript waits or runs, or a reply waits for its first chunk's audio),
 as long as it has audio in hand: while it is held (prepared before the turn
-is known to be over, or paused), or while more than ``ahead_s`` of its audio
-is still to be played. That margin is its deadline: with less in hand it goes
-on whoever waits, so a playing answer never runs dry for it. The LLM computes
+is known to be over, or paused), or while more of its audio is still to be
+played than ``GIVE_WAY_AHEAD_S`` and the longest its chunks took to synthesize
+(:func:`has_audio_in_hand`). That is its deadline: with less in hand it goes
+on whoever waits, so a playing answer does not run dry for it, however loaded
+the machine (a 7-word sentence took Piper 2.4 s on 2 cores at load average 11). The LLM computes
 only a few tokens ahead of its reader (``iterate_in_thread``), so the cores go
 to the others meanwhile. Its tokens, not its chunks, go on while work waits for
 an LLM instance: the reply holds one, and finishing frees it.
@@ -25,10 +27,16 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Hashable
 
-# Margin over what a chunk takes to generate and synthesize under load (about 0.3 to 0.6 s on 2 cores
-# with 4 sessions): a playing reply with less than this still to play goes on.
+# Margin over what the next chunk takes to synthesize: its tokens' time (about 0.3 to 0.6 s on 2 cores
+# with 4 sessions), and the jitter of the synthesis itself.
 GIVE_WAY_AHEAD_S = 1.0
 RECHECK_S = 0.05  # how often a waiting reply looks again at its own audio in hand and at the others
+
+
+def has_audio_in_hand(to_play_s: float, chunk_took_s: float) -> bool:
+    """Whether a playing reply with ``to_play_s`` of audio still to play may wait, when its chunks took up
+    to ``chunk_took_s`` each to synthesize: its next chunk, made after the wait, comes before that runs out."""
+    return to_play_s > GIVE_WAY_AHEAD_S + chunk_took_s
 
 
 class FirstChunks:

@@ -33,7 +33,7 @@ import numpy as np
 
 from ..audio import StreamResampler
 from ..engines.chunker import SentenceChunker, word_tokens
-from ..engines.first_chunks import GIVE_WAY_AHEAD_S, FirstChunks
+from ..engines.first_chunks import FirstChunks, has_audio_in_hand
 from ..engines.interfaces import TTSBackend
 from ..engines.llm.base import LLMBackend, Message, ToolCall
 from ..engines.speakable import speakable
@@ -134,6 +134,7 @@ class Reply:
         if not held:
             self._flowing.set()
         self._first_chunk_synthesized = asyncio.Event()
+        self._chunk_took_s = 0.0  # the longest a chunk of this answer took to synthesize, on this machine's load
 
     @property
     def started_audio(self) -> bool:
@@ -220,6 +221,7 @@ class Reply:
                 # A later chunk: its audio is wanted only once what is in hand has played.
                 await self._first_chunks.give_way(self, self._has_audio_in_hand, frees_instance=False)
             handed_at = self._clock()
+            queued_s = 0.0  # of the time since, waiting for room in the audio queue: not the synthesis's
             resampler = StreamResampler(self._tts.sample_rate, self._rate)
             pending = np.zeros(0, dtype=np.float32)
             chunk = SpokenChunk(text)
@@ -239,14 +241,17 @@ class Reply:
                     self._first_chunk_synthesized.set()
                     if self._first_chunks is not None:
                         self._first_chunks.done(self)
+                queue_from = self._clock()
                 if first:
                     await audio.put(chunk)  # a chunk starts
                     first = False
                 chunk.synthesized_s += len(piece) / self._tts.sample_rate
                 pending = await self._queue_frames(audio, np.concatenate([pending, resampler.process(piece)]))
+                queued_s += self._clock() - queue_from
             self._first_chunk_synthesized.set()
             if self._first_chunks is not None:
                 self._first_chunks.done(self)
+            self._chunk_took_s = max(self._chunk_took_s, self._clock() - handed_at - queued_s)
             if first:
                 continue  # nothing speakable in this chunk
             tail = np.concatenate([pending, resampler.process(np.zeros(0, np.float32), last=True)])
@@ -347,7 +352,7 @@ class Reply:
         if self.paused:
             return True
         synthesized = sum(chunk.synthesized_s for chunk in self.chunks)
-        return synthesized - self.playback.played_s() > GIVE_WAY_AHEAD_S
+        return has_audio_in_hand(synthesized - self.playback.played_s(), self._chunk_took_s)
 
     def _ms_since(self, start: float) -> float:
         return (self._clock() - start) * 1000.0

@@ -14,10 +14,11 @@ is known to be over, or paused), or while more of its audio is still to be
 played than ``GIVE_WAY_AHEAD_S`` and the longest its chunks took to synthesize
 (:func:`has_audio_in_hand`). That is its deadline: with less in hand it goes
 on whoever waits, so a playing answer does not run dry for it, however loaded
-the machine (a 7-word sentence took Piper 2.4 s on 2 cores at load average 11). The LLM computes
-only a few tokens ahead of its reader (``iterate_in_thread``), so the cores go
-to the others meanwhile. Its tokens, not its chunks, go on while work waits for
-an LLM instance: the reply holds one, and finishing frees it.
+the machine (a 7-word sentence took Piper 2.4 s on 2 cores at load average
+11). The LLM computes only a few tokens ahead of its reader
+(``iterate_in_thread``), so the cores go to the others meanwhile. Its tokens,
+not its chunks, go on while work waits for an LLM instance: the reply holds
+one, and finishing frees it.
 
 :class:`FirstChunks` only counts and wakes; :class:`~voice_agent.reply.pipeline.Reply` decides.
 """

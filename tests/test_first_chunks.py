@@ -162,7 +162,7 @@ class GatedTTS:
         yield np.full(2 * RATE, 0.2, dtype=np.float32)
 
 
-def playing_reply(log: list[str], chunks: FirstChunks, tts: GatedTTS) -> Reply:
+def playing_reply(log: list[str], chunks: FirstChunks, tts: GatedTTS, first_audio_first: bool = True) -> Reply:
     return Reply(
         llm=RecordingLLM("Sure, I can. Here is more.", log),
         tts=tts,
@@ -174,6 +174,7 @@ def playing_reply(log: list[str], chunks: FirstChunks, tts: GatedTTS) -> Reply:
         user_text="hi",
         first_chunk_min_words=1,
         first_chunks=chunks,
+        first_audio_first=first_audio_first,
     )
 
 
@@ -245,11 +246,27 @@ async def test_a_reply_whose_chunks_were_slow_to_synthesize_goes_on_with_audio_i
         user_text="hi",
         first_chunk_min_words=1,
         first_chunks=chunks,
+        first_audio_first=True,
         clock=lambda: now[0],
     )
     running = asyncio.create_task(playing.run())
     try:
         await until_logged(log, "synthesized I can.")  # 2 s in hand is less than 1 s beside 1.5 s a chunk
+    finally:
+        running.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await running
+
+
+async def test_without_first_audio_first_later_chunks_are_synthesized_while_another_waits():
+    log: list[str] = []
+    chunks = FirstChunks(lambda: 1)
+    chunks.waiting("another session's reply")
+    playing = playing_reply(log, chunks, GatedTTS(log), first_audio_first=False)
+    running = asyncio.create_task(playing.run())
+    try:
+        await until_logged(log, "synthesized Here is more.")
+        assert chunks.others_waiting("another session's reply") == 0  # done at its first chunk, before its audio
     finally:
         running.cancel()
         with pytest.raises(asyncio.CancelledError):

@@ -26,13 +26,21 @@ class SpeechOutputSettings:
         "(for, on, but, to...) once it has --first-chunk-min-words words; off: only at punctuation.",
         "tts",
     )
-    # engines/first_chunks.py: on 2 cores the later sentences of one session's answer slow the finals and
-    # first chunks of others (docs/results/capacity.md).
+    # engines/first_chunks.py: on 2 cores the later sentences of one session's answer slow the first
+    # chunks of others (docs/results/capacity.md).
     first_chunks_first: bool = option(
         True,
-        "A reply whose first chunk is synthesized stops generating and synthesizing while another session's "
-        "final transcript or first chunk is due, as long as it is held or has more audio still to play than 1 s "
-        "and the longest its chunks took to synthesize; off: all generate and synthesize at once.",
+        "A reply whose first chunk is out stops generating while another session's reply waits for its first "
+        "chunk, as long as it is held or has more than 1 s of audio still to play; off: all generate at once.",
+        "tts",
+    )
+    # Off: at 4 sessions on 2 cores it did not separate from the spread, and its answers ran dry more often
+    # at load average 5 to 9 (docs/results/capacity.md, "First audio first").
+    first_audio_first: bool = option(
+        False,
+        "With --first-chunks-first: the rule covers the critical path from a final transcript to the first "
+        "chunk's audio; a playing reply's later chunks wait too, and it goes on once its audio in hand is "
+        "down to 1 s plus its slowest chunk's synthesis.",
         "tts",
     )
     tts_voice: str = option(

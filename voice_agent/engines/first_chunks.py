@@ -1,24 +1,26 @@
-"""First audio before later audio, across the sessions of a process.
+"""First chunks before later chunks, across the sessions of a process.
 
-A turn's critical path runs from its final transcript to its answer's first
-audio: that is what its user waits for. The rest of an answer that already
-plays only has to be ready before the audio made so far has played. On a few
-cores the two share the CPU: the later tokens and later Piper chunks of one
-session's answer slow the finals, first tokens and first chunks of others, and
-under processor sharing every session in step finishes late together. So a
-reply whose first chunk is synthesized stops pulling tokens, and stops
-synthesizing its next chunk, while another session is on its critical path (a
-final transcript waits or runs, or a reply waits for its first chunk's audio),
-as long as it has audio in hand: while it is held (prepared before the turn
-is known to be over, or paused), or while more of its audio is still to be
-played than ``GIVE_WAY_AHEAD_S`` and the longest its chunks took to synthesize
-(:func:`has_audio_in_hand`). That is its deadline: with less in hand it goes
-on whoever waits, so a playing answer does not run dry for it, however loaded
-the machine (a 7-word sentence took Piper 2.4 s on 2 cores at load average
-11). The LLM computes only a few tokens ahead of its reader
-(``iterate_in_thread``), so the cores go to the others meanwhile. Its tokens,
-not its chunks, go on while work waits for an LLM instance: the reply holds
-one, and finishing frees it.
+A reply's first chunk is what its user waits for; the rest of the answer only
+has to be ready before the audio already made has played. On a few cores the
+later chunks of one session's answer (tokens, then Piper) share the CPU with
+the first chunks of others and slow them. So a reply whose first chunk is out
+stops pulling tokens while another reply still waits for its first one, as
+long as it has audio in hand: while it is held (prepared before the turn is
+known to be over, or paused), or while more than ``GIVE_WAY_AHEAD_S`` of its
+audio is still to be played. The LLM computes only a few tokens ahead of its
+reader (``iterate_in_thread``), so the cores go to the others meanwhile. Not
+while work waits for an LLM instance: the reply holds one, and finishing frees
+it.
+
+With ``first_audio_first`` (an option) the rule covers a turn's whole critical
+path, from its final transcript to its first chunk's audio: a final transcript
+waiting or running elsewhere counts (``finals_in_flight``), a reply waits until
+its first chunk is synthesized, not only written, and a playing reply's later
+chunks wait before synthesis too (their synthesis frees no LLM instance, so
+they wait whoever waits for one). Its deadline grows with the machine's load:
+it goes on once its audio in hand is down to ``GIVE_WAY_AHEAD_S`` plus the
+longest one of its chunks took to synthesize (:func:`has_audio_in_hand`; a
+7-word sentence took Piper 2.4 s on 2 cores at load average 11).
 
 :class:`FirstChunks` only counts and wakes; :class:`~voice_agent.reply.pipeline.Reply` decides.
 """
@@ -41,7 +43,7 @@ def has_audio_in_hand(to_play_s: float, chunk_took_s: float) -> bool:
 
 
 class FirstChunks:
-    """The replies waiting for their first chunk's audio, and the other work on a turn's critical path."""
+    """The replies waiting for their first chunk, and the other work on a turn's critical path."""
 
     def __init__(
         self, llm_waiting: Callable[[], int] = lambda: 0, finals_in_flight: Callable[[], int] = lambda: 0
@@ -52,18 +54,18 @@ class FirstChunks:
         self._changed: asyncio.Event | None = None  # set when one gets its first chunk; made on the serving loop
 
     def waiting(self, reply: Hashable) -> None:
-        """``reply`` has asked the LLM and has no first chunk's audio yet."""
+        """``reply`` has asked the LLM and has no first chunk (or, with first_audio_first, its audio) yet."""
         self._waiting.add(reply)
 
     def done(self, reply: Hashable) -> None:
-        """``reply`` has its first chunk synthesized, or has ended without one."""
+        """``reply`` has its first chunk (its audio, with first_audio_first), or has ended without one."""
         if reply in self._waiting:
             self._waiting.discard(reply)
             if self._changed is not None:
                 self._changed.set()
 
     def others_waiting(self, reply: Hashable) -> int:
-        """Work on a critical path other than ``reply``'s: replies without their first audio, and finals."""
+        """Work on a critical path other than ``reply``'s: replies without their first chunk, and finals."""
         return len(self._waiting - {reply}) + self._finals_in_flight()
 
     async def give_way(self, reply: Hashable, may_wait: Callable[[], bool], *, frees_instance: bool = True) -> None:

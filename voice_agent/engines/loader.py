@@ -30,12 +30,12 @@ class Engines:
     # Every session's Whisper calls go through it, in turn and within a budget. It looks ``stt`` up at each
     # call, so a test may swap the model.
     stt_queue: STTQueue = field(init=False)
-    # Every session's replies: the later chunks of one give way to the finals and first chunks of others.
+    # Every session's replies: the later chunks of one give way to the first chunks (and finals) of others.
     first_chunks: FirstChunks = field(init=False)
 
     def __post_init__(self) -> None:
         self.stt_queue = STTQueue(lambda: self.stt)
-        self.first_chunks = FirstChunks(self._llm_waiting, self.stt_queue.finals_in_flight)
+        self.first_chunks = FirstChunks(self._llm_waiting)
 
     def _llm_waiting(self) -> int:
         line = getattr(self.llm, "wait_line", None)  # the embedded llama.cpp's: other LLMs queue elsewhere
@@ -142,4 +142,6 @@ def load_engines(settings: Settings) -> Engines:
         partial_workers=settings.stt_partial_workers,
         partials_apart=stt.background_partials,
     )
+    if settings.first_audio_first:
+        engines.first_chunks = FirstChunks(engines._llm_waiting, lambda: engines.stt_queue.finals_in_flight())
     return engines

@@ -102,10 +102,14 @@ class Reply:
         on_first_audio: Callable[[Reply], None] | None = None,
         held: bool = False,
         first_chunks: FirstChunks | None = None,
+        first_audio_first: bool = False,
         clock: Callable[[], float] = time.monotonic,
     ):
         self._llm = llm
         self._first_chunks = first_chunks
+        # With first_chunks: it counts as waiting until its first chunk is synthesized, not only written, and its
+        # later chunks' synthesis gives way too, with a margin for its slowest chunk (engines/first_chunks.py).
+        self._first_audio_first = first_audio_first
         self._tts = tts
         self._messages = messages
         self._rate = output_rate
@@ -149,7 +153,7 @@ class Reply:
         chunk_queue: asyncio.Queue[str | None] = asyncio.Queue()
         audio_queue: asyncio.Queue = asyncio.Queue(self._audio_ahead_frames)
         if self._first_chunks is not None:
-            self._first_chunks.waiting(self)  # until its first chunk is synthesized (_synthesize)
+            self._first_chunks.waiting(self)  # until its first chunk is out (_put_chunk) or synthesized (_synthesize)
         try:
             async with asyncio.TaskGroup() as tasks:
                 tasks.create_task(self._generate(chunk_queue))
@@ -211,13 +215,15 @@ class Reply:
         said.add(key)
         if self.timings.first_chunk_ms is None:
             self.timings.first_chunk_ms = self._ms_since(self.timings.request_at)
+            if self._first_chunks is not None and not self._first_audio_first:
+                self._first_chunks.done(self)
         chunks.put_nowait(text)
         return True
 
     async def _synthesize(self, chunks: asyncio.Queue, audio: asyncio.Queue) -> None:
         index = 0
         while (text := await chunks.get()) is not None:
-            if index and self._first_chunks is not None:
+            if index and self._first_chunks is not None and self._first_audio_first:
                 # A later chunk: its audio is wanted only once what is in hand has played.
                 await self._first_chunks.give_way(self, self._has_audio_in_hand, frees_instance=False)
             handed_at = self._clock()
@@ -352,7 +358,9 @@ class Reply:
         if self.paused:
             return True
         synthesized = sum(chunk.synthesized_s for chunk in self.chunks)
-        return has_audio_in_hand(synthesized - self.playback.played_s(), self._chunk_took_s)
+        return has_audio_in_hand(
+            synthesized - self.playback.played_s(), self._chunk_took_s if self._first_audio_first else 0.0
+        )
 
     def _ms_since(self, start: float) -> float:
         return (self._clock() - start) * 1000.0

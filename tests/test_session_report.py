@@ -17,8 +17,9 @@ import pytest
 
 from voice_agent.agent import report_delivery, session_recording, session_report
 from voice_agent.agent.report_delivery import Retention, deliver, enforce_retention, post_report, write_report
-from voice_agent.agent.session_report import HOLD_S, SessionRecorder, SessionReport
+from voice_agent.agent.session_report import HOLD_S, PAUSE_S, SessionRecorder, SessionReport
 from voice_agent.agent.tool_loop import ToolRecord
+from voice_agent.audio import float_to_int16
 from voice_agent.protocols.events import (
     AgentAudio,
     AudioReceived,
@@ -215,6 +216,44 @@ def test_a_recording_stops_at_its_size_cap(tmp_path):
     assert report.recording_truncated
     _, audio = read_wav(tmp_path / "s8.wav")
     assert len(audio) == 3 * RATE
+
+
+def test_user_audio_is_placed_by_arrival_a_stall_leaves_a_gap_and_jitter_does_not(tmp_path):
+    """What the agent heard: frames late by less than PAUSE_S follow on; after a longer stall the burst that
+    catches up starts where it arrived, and one append of buffered audio ends where it arrived."""
+    clock = Clock()
+    recorder = SessionRecorder("s11", "ws", recording_dir=str(tmp_path), clock=clock)
+    recorder.observe_input(SessionStarted(RATE, {}))
+
+    def frames(count: int, level: float) -> None:
+        for _ in range(count):
+            recorder.observe_input(AudioReceived(np.full(FRAME, level, np.float32)))
+
+    for _ in range(25):  # 0.5 s loud, the odd frame 0.1 s late and the next two at once
+        clock.now += 0.02
+        frames(1, 0.1)
+    clock.now += PAUSE_S - 0.05
+    frames(1, 0.1)
+    clock.now += 0.5  # a 0.5 s stall (from 0.5 + PAUSE_S - 0.05 s); the client catches up at once
+    frames(10, 0.2)
+    clock.now += 2.0  # 1 s buffered while sending stalled, sent in one append
+    recorder.observe_input(AudioReceived(np.full(RATE, 0.3, np.float32)))
+    said(recorder)
+    recorder.finish()
+    settled()
+    _, audio = read_wav(tmp_path / "s11.wav")
+    user = audio[:, 0]
+
+    def int16(level: float) -> int:
+        return int(float_to_int16(np.array([level], np.float32))[0])
+
+    jitter_end = 26 * FRAME  # the late frame follows on
+    stalled = round((0.5 + PAUSE_S - 0.05 + 0.5) * RATE) - FRAME  # the burst's first frame ends on its arrival
+    assert (user[:jitter_end] > 0).all() and (user[jitter_end:stalled] == 0).all()
+    assert (user[stalled : stalled + 10 * FRAME] == int16(0.2)).all()
+    buffered = stalled + FRAME + round(2.0 * RATE) - RATE  # ends on its arrival
+    assert (user[stalled + 10 * FRAME : buffered] == 0).all() and (user[buffered:] == int16(0.3)).all()
+    assert len(user) == buffered + RATE
 
 
 @pytest.mark.parametrize(

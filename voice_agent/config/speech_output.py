@@ -34,8 +34,8 @@ class SpeechOutputSettings:
         "chunk, as long as it is held or has more than 1 s of audio still to play; off: all generate at once.",
         "tts",
     )
-    # Off: at 4 sessions on 2 cores it did not separate from the spread, and its answers ran dry more often
-    # at load average 5 to 9 (docs/results/capacity.md, "First audio first").
+    # Off: at 4 sessions on 2 cores it has not separated from the defaults' spread (docs/results/capacity.md,
+    # "First audio first").
     first_audio_first: bool = option(
         False,
         "With --first-chunks-first: the rule covers the critical path from a final transcript to the first "

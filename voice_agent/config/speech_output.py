@@ -34,6 +34,15 @@ class SpeechOutputSettings:
         "chunk, as long as it is held or has more than 1 s of audio still to play; off: all generate at once.",
         "tts",
     )
+    # Off: at 4 sessions on 2 cores it has not separated from the defaults' spread (docs/results/capacity.md,
+    # "First audio first").
+    first_audio_first: bool = option(
+        False,
+        "With --first-chunks-first: the rule covers the critical path from a final transcript to the first "
+        "chunk's audio; a playing reply's later chunks wait too, and it goes on once its audio in hand is "
+        "down to 1 s plus its slowest chunk's synthesis.",
+        "tts",
+    )
     tts_voice: str = option(
         "",
         "Piper voice (.onnx with its .onnx.json beside it). "

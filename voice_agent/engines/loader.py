@@ -30,7 +30,7 @@ class Engines:
     # Every session's Whisper calls go through it, in turn and within a budget. It looks ``stt`` up at each
     # call, so a test may swap the model.
     stt_queue: STTQueue = field(init=False)
-    # Every session's replies: the later chunks of one give way to the first chunks of others.
+    # Every session's replies: the later chunks of one give way to the first chunks (and finals) of others.
     first_chunks: FirstChunks = field(init=False)
 
     def __post_init__(self) -> None:
@@ -142,4 +142,6 @@ def load_engines(settings: Settings) -> Engines:
         partial_workers=settings.stt_partial_workers,
         partials_apart=stt.background_partials,
     )
+    if settings.first_audio_first:
+        engines.first_chunks = FirstChunks(engines._llm_waiting, lambda: engines.stt_queue.finals_in_flight())
     return engines

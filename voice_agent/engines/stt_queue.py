@@ -222,6 +222,10 @@ class STTScheduler:
         """How many jobs wait (of ``kind``)."""
         return sum(1 for a in self._accounts.values() for j in a.queued if kind is None or j.kind is kind)
 
+    def in_flight(self, *kinds: Kind) -> int:
+        """How many jobs of ``kinds`` wait or run."""
+        return sum(1 for a in self._accounts.values() for j in (*a.queued, *a.running) if j.kind in kinds)
+
     def _partials(self, besides: _Account) -> int:
         """Partials running or waiting, of every session but ``besides``'s."""
         return sum(
@@ -297,6 +301,10 @@ class STTQueue:
     def depth(self) -> int:
         """Transcriptions waiting for a worker now."""
         return self._scheduler.waiting()
+
+    def finals_in_flight(self) -> int:
+        """Final transcripts (a turn's words, which its answer waits for) waiting or running now."""
+        return self._scheduler.in_flight(Kind.FINAL, Kind.COMMIT)
 
     async def run(self, session: SessionSTT, kind: Kind, audio: np.ndarray) -> Any:
         """What the backend makes of ``audio`` (a Reading for a check, else the text); None if it never runs:

@@ -33,7 +33,7 @@ import numpy as np
 
 from ..audio import StreamResampler
 from ..engines.chunker import SentenceChunker, word_tokens
-from ..engines.first_chunks import GIVE_WAY_AHEAD_S, FirstChunks
+from ..engines.first_chunks import FirstChunks, has_audio_in_hand
 from ..engines.interfaces import TTSBackend
 from ..engines.llm.base import LLMBackend, Message, ToolCall
 from ..engines.speakable import speakable
@@ -102,10 +102,14 @@ class Reply:
         on_first_audio: Callable[[Reply], None] | None = None,
         held: bool = False,
         first_chunks: FirstChunks | None = None,
+        first_audio_first: bool = False,
         clock: Callable[[], float] = time.monotonic,
     ):
         self._llm = llm
         self._first_chunks = first_chunks
+        # With first_chunks: it counts as waiting until its first chunk is synthesized, not only written, and its
+        # later chunks' synthesis gives way too, with a margin for its slowest chunk (engines/first_chunks.py).
+        self._first_audio_first = first_audio_first
         self._tts = tts
         self._messages = messages
         self._rate = output_rate
@@ -134,6 +138,7 @@ class Reply:
         if not held:
             self._flowing.set()
         self._first_chunk_synthesized = asyncio.Event()
+        self._chunk_took_s = 0.0  # the longest a chunk of this answer took to synthesize, on this machine's load
 
     @property
     def started_audio(self) -> bool:
@@ -147,6 +152,8 @@ class Reply:
         """Generate, synthesize and play the answer; a stage's failure is raised as that stage raised it."""
         chunk_queue: asyncio.Queue[str | None] = asyncio.Queue()
         audio_queue: asyncio.Queue = asyncio.Queue(self._audio_ahead_frames)
+        if self._first_chunks is not None:
+            self._first_chunks.waiting(self)  # until its first chunk is out (_put_chunk) or synthesized (_synthesize)
         try:
             async with asyncio.TaskGroup() as tasks:
                 tasks.create_task(self._generate(chunk_queue))
@@ -156,18 +163,11 @@ class Reply:
             # One stage failed first and the others were cancelled: its exception is the answer's failure,
             # not the group that wraps it.
             raise _first_cause(group) from None
+        finally:
+            if self._first_chunks is not None:
+                self._first_chunks.done(self)
 
     async def _generate(self, chunks: asyncio.Queue) -> None:
-        if self._first_chunks is None:
-            await self._generate_chunks(chunks)
-            return
-        self._first_chunks.waiting(self)
-        try:
-            await self._generate_chunks(chunks)
-        finally:
-            self._first_chunks.done(self)
-
-    async def _generate_chunks(self, chunks: asyncio.Queue) -> None:
         self.timings.request_at = self._clock()
         stream = self._llm.stream_chat(self._messages)
         said: set[str] = set()
@@ -215,7 +215,7 @@ class Reply:
         said.add(key)
         if self.timings.first_chunk_ms is None:
             self.timings.first_chunk_ms = self._ms_since(self.timings.request_at)
-            if self._first_chunks is not None:
+            if self._first_chunks is not None and not self._first_audio_first:
                 self._first_chunks.done(self)
         chunks.put_nowait(text)
         return True
@@ -223,7 +223,11 @@ class Reply:
     async def _synthesize(self, chunks: asyncio.Queue, audio: asyncio.Queue) -> None:
         index = 0
         while (text := await chunks.get()) is not None:
+            if index and self._first_chunks is not None and self._first_audio_first:
+                # A later chunk: its audio is wanted only once what is in hand has played.
+                await self._first_chunks.give_way(self, self._has_audio_in_hand, frees_instance=False)
             handed_at = self._clock()
+            queued_s = 0.0  # of the time since, waiting for room in the audio queue: not the synthesis's
             resampler = StreamResampler(self._tts.sample_rate, self._rate)
             pending = np.zeros(0, dtype=np.float32)
             chunk = SpokenChunk(text)
@@ -241,12 +245,19 @@ class Reply:
                     # most one sentence: it is synthesized, and the LLM may go on while
                     # its frames wait for room in the queue.
                     self._first_chunk_synthesized.set()
+                    if self._first_chunks is not None:
+                        self._first_chunks.done(self)
+                queue_from = self._clock()
                 if first:
                     await audio.put(chunk)  # a chunk starts
                     first = False
                 chunk.synthesized_s += len(piece) / self._tts.sample_rate
                 pending = await self._queue_frames(audio, np.concatenate([pending, resampler.process(piece)]))
+                queued_s += self._clock() - queue_from
             self._first_chunk_synthesized.set()
+            if self._first_chunks is not None:
+                self._first_chunks.done(self)
+            self._chunk_took_s = max(self._chunk_took_s, self._clock() - handed_at - queued_s)
             if first:
                 continue  # nothing speakable in this chunk
             tail = np.concatenate([pending, resampler.process(np.zeros(0, np.float32), last=True)])
@@ -347,7 +358,9 @@ class Reply:
         if self.paused:
             return True
         synthesized = sum(chunk.synthesized_s for chunk in self.chunks)
-        return synthesized - self.playback.played_s() > GIVE_WAY_AHEAD_S
+        return has_audio_in_hand(
+            synthesized - self.playback.played_s(), self._chunk_took_s if self._first_audio_first else 0.0
+        )
 
     def _ms_since(self, start: float) -> float:
         return (self._clock() - start) * 1000.0

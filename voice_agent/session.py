@@ -13,6 +13,7 @@ from collections.abc import Callable, Coroutine, Sequence
 from typing import TYPE_CHECKING, Any
 
 from .agent.conversation import Conversation
+from .agent.idle_wait import IdleWait
 from .agent.reply_factory import ReplyFactory, TurnMetrics
 from .audio import PIPELINE_RATE
 from .config import Settings
@@ -90,8 +91,9 @@ class Session:
         self.agent = agent  # None: the plain assistant, and none of the agent's work on any path
         self.clock = clock
         self.interruptions = Interruptions(self, BargeInPolicy.from_settings(settings))
+        self.idle = IdleWait(lambda: self.control.turn_detection.idle_timeout_ms, lambda: self.control.idle())
         self.emit = self.interruptions.watching_output(
-            self._cancelling_echo(emit if agent is None else agent.recorded(emit))
+            self._cancelling_echo(self.idle.watching(emit if agent is None else agent.recorded(emit)))
         )
         self.floor = Floor(self.emit, self._cut_off)
         self.stt = engines.stt_queue.session(session_id)  # this session's Whisper calls, in turn with the others'
@@ -236,7 +238,6 @@ class Session:
         return min(starts, default=None)
 
     def speech_begins(self, start: int) -> None:
-        self.control.user_speaks()
         if not self.merge.speech_begins():
             self.interruptions.speech_begins(start)
 
@@ -418,7 +419,6 @@ class Session:
             # A failed turn stays out of the history: the words that made it fail would fail the next answers too.
             self._remember(reply, reply.text, failed=failed, calls=calls)
             self.floor.transition(Finish(answer, failed))
-            self.control.answer_done()
             # Apologize for a failed answer to the user; never for fixed words, so no loop.
             if failed and reply.user_text:
                 self.say(APOLOGY)
@@ -441,6 +441,7 @@ class Session:
     async def close(self) -> None:
         """Stop everything this session started."""
         self.closed = True
+        self.idle.stop()
         self.control.close()
         if (answer := self.answer) is not None:
             self.floor.transition(Close())

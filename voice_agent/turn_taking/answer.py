@@ -15,6 +15,7 @@ import logging
 from collections.abc import Callable, Coroutine, Iterable
 from typing import Any
 
+from ..protocols.events import CANCELLED, COMPLETED, FAILED
 from ..reply.pipeline import Reply
 
 log = logging.getLogger(__name__)
@@ -28,8 +29,6 @@ class Hold(enum.Enum):
 
 # Every hold the user's speech puts on the agent: what a verdict on that speech lets go.
 USER_HOLDS = (Hold.GRACE_ONSET, Hold.ONSET, Hold.TURN)
-
-COMPLETED, FAILED, CANCELLED = "completed", "failed", "cancelled"
 
 
 class Answer:

@@ -115,8 +115,6 @@ class ClientControl:
         self.tool_choice: ToolChoice = AUTO
         self.items = ConversationItems(conversation, emit, settings)
         self.calls = self.items.calls
-        self._idle: asyncio.TimerHandle | None = None  # idle_timeout_ms: the wait for the user after an answer
-        self._closed = False
 
     def start(self, event: SessionStarted) -> None:
         """The client's start options: the sample rate, and a prompt and greeting unless an agent decides them."""
@@ -165,36 +163,19 @@ class ClientControl:
         return " ".join(text for text in self.items.take_ready() if has_words(text))
 
     def close(self) -> None:
-        self._closed = True
-        self.user_speaks()
         self.items.close()
 
     def answer_begins(self) -> None:
-        """A new answer begins: the client's calls still without an output get none, and no idle wait runs."""
+        """A new answer begins: the client's calls still without an output get none."""
         self.calls.close()
-        self.user_speaks()
 
-    def answer_done(self) -> None:
-        """An answer was heard to its end: with ``idle_timeout_ms``, the agent speaks again after that much silence."""
-        timeout_ms = self.turn_detection.idle_timeout_ms
-        if timeout_ms:
-            self.user_speaks()
-            self._idle = asyncio.get_running_loop().call_later(timeout_ms / 1000, self._idle_timed_out)
-
-    def user_speaks(self) -> None:
-        """Speech began (or the session ends): the idle wait is over."""
-        if self._idle is not None:
-            self._idle.cancel()
-            self._idle = None
-
-    def _idle_timed_out(self) -> None:
-        self._idle = None
-        if self._closed or self._floor.answer is not None or self._listener.turn is not None:
-            return
-        self._emit(IdleTimeout(self._listener.timeline.received * 1000 // PIPELINE_RATE))
-        if self.turn_detection.create_response:  # the agent prompts the user, from the history as it stands
-            inputs = self.items.take_waiting()
-            self._start_answer(lambda answer: self._answer_request(answer, inputs, ResponseRequest(), None))
+    def idle(self) -> None:
+        """The user said nothing for ``idle_timeout_ms`` after an answer: the agent prompts them, from the history
+        as it stands."""
+        if self._floor.answer is None and self._listener.turn is None:
+            self._emit(IdleTimeout(self._listener.timeline.received * 1000 // PIPELINE_RATE))
+            if self.turn_detection.create_response:
+                self._respond(ResponseRequest(), None)
 
     def _on_update(self, event: SessionUpdate) -> None:
         listener, replies = self._listener, self._replies
@@ -297,8 +278,11 @@ class ClientControl:
         if event.tools is not None or event.tool_choice is not None:
             if (offer := self._tool_offer(event.tools, event.tool_choice, event.event_id)) is None:
                 return
+        self._respond(event, offer)
+
+    def _respond(self, request: ResponseRequest, tools: ToolOffer | None) -> None:
         inputs = self.items.take_waiting()
-        self._start_answer(lambda answer: self._answer_request(answer, inputs, event, offer))
+        self._start_answer(lambda answer: self._answer_request(answer, inputs, request, tools))
 
     async def _answer_request(
         self, answer: Answer, inputs: list[asyncio.Future[str]], request: ResponseRequest, tools: ToolOffer | None

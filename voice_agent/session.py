@@ -114,7 +114,7 @@ class Session:
         self.replies = ReplyFactory(
             engines, lambda: self.settings, lambda: self.sample_rate, self.emit, agent, session_id, clock
         )
-        self.control = ClientControl(
+        self.control: ClientControl = ClientControl(
             settings,
             engines,
             self.listener,

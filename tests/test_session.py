@@ -920,7 +920,7 @@ async def test_a_turn_that_took_the_grace_leaves_no_onset_pause_for_a_later_one(
     await h.feed(quiet(0.3))
     await h.until(lambda: h.session.listener.turn is None and calls[-1:] == ["resume"])
     # A later turn, past the grace, must not be taken for the user going on (and withdraw the answer).
-    assert not held_at_onset(h.session.answer)
+    assert not held_at_onset(h.session.floor.answer)
     await h.session.close()
 
 

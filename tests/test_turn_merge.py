@@ -28,7 +28,7 @@ async def test_speech_before_the_answer_is_heard_merges_with_the_answered_turn()
     await h.feed(tone(0.5), realtime=False)
     await h.feed(quiet(0.3))
     await h.until(lambda: h.of(ResponseStarted))
-    answered = h.session.answer
+    answered = h.session.floor.answer
     assert answered is not None and answered.turn_start is not None
     assert answered.heard_nothing and not h.of(AgentAudio)
     assert h.session.merge.unanswered_start([]) == answered.turn_start
@@ -45,7 +45,7 @@ async def test_within_the_grace_the_answer_pauses_and_withdrawing_it_reports_the
     await h.feed(tone(0.5), realtime=False)
     await h.feed(quiet(0.3))
     await h.until(lambda: len(h.of(AgentAudio)) >= 10)
-    answered = h.session.answer
+    answered = h.session.floor.answer
     assert answered is not None and answered.turn_start is not None
     start, over_agent = h.session.merge.begin_turn(answered.turn_start + 20000)
     assert start == answered.turn_start + 20000 and over_agent  # a turn of its own, until it proves to be words

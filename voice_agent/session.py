@@ -86,7 +86,6 @@ class Session:
         agent: AgentSession | None = None,
     ):
         self.engines = engines
-        self.settings = settings  # the server's, as this session's client changed them (ClientControl)
         self.id = session_id
         self.agent = agent  # None: the plain assistant, and none of the agent's work on any path
         self.clock = clock
@@ -128,7 +127,6 @@ class Session:
             self.commit,
             self.start_answer,
             self.play,
-            self._use_settings,
             session_id,
             clock,
         )
@@ -145,17 +143,15 @@ class Session:
 
         return send_noted
 
-    def _use_settings(self, settings: Settings) -> None:
-        self.settings = settings
+    @property
+    def settings(self) -> Settings:
+        """The server's, as this session's client changed them (ClientControl): the listener's."""
+        return self.listener.settings
 
     @property
     def answering(self) -> bool:
         """An answer (or fixed words) is being prepared or spoken: a graceful shutdown waits for it."""
         return self.floor.answer is not None
-
-    @property
-    def answer(self) -> Answer | None:
-        return self.floor.answer
 
     @property
     def reply(self) -> Reply | None:
@@ -299,7 +295,9 @@ class Session:
             log.debug("session %s: ignoring %.0f ms of speech over the agent", self.id, turn.speech_ms)
             self.interruptions.ignored(turn)
             turn.drop_prepared()
-            self.floor.transition(Resume(self.answer, USER_HOLDS, "the speech over it ended without an interruption"))
+            self.floor.transition(
+                Resume(self.floor.answer, USER_HOLDS, "the speech over it ended without an interruption")
+            )
             if turn.barge_check is None:
                 self.interruptions.check_short(turn)  # which commits it if it interrupts
             return
@@ -443,7 +441,7 @@ class Session:
         self.closed = True
         self.idle.stop()
         self.control.close()
-        if (answer := self.answer) is not None:
+        if (answer := self.floor.answer) is not None:
             self.floor.transition(Close())
             if answer.task is not None:
                 await asyncio.gather(answer.task, return_exceptions=True)

@@ -98,17 +98,15 @@ class ClientControl:
         commit: Callable[[UserTurn], None],
         start_answer: Callable[[Callable[[Answer], Coroutine[Any, Any, None]]], None],
         play: Callable[[Answer, Reply, asyncio.Task], Coroutine[Any, Any, None]],
-        use_settings: Callable[[Settings], None],
         session_id: str = "",
         clock: Callable[[], float] = time.monotonic,
     ):
-        # session.update changes a copy of the server's settings, handed to use_settings: other sessions never see it.
+        # session.update changes a copy of the server's settings, the listener's: other sessions never see it.
         self._server_settings = settings
         self._engines, self._listener, self._stt, self._conversation = engines, listener, stt, conversation
         self._replies, self._floor, self._emit, self._agent = replies, floor, emit, agent
         self._id, self._clock = session_id, clock
         self._say, self._commit, self._start_answer, self._play = say, commit, start_answer, play
-        self._use_settings = use_settings
         self.voice = Path(getattr(engines.tts, "voice_path", "")).name.removesuffix(".onnx")
         self.turn_detection = turn_taking(settings, TurnDetection()).in_effect
         self.tools: ToolSchemas = ()  # the client's functions (client_tools.py), and how the LLM may choose them
@@ -188,7 +186,6 @@ class ClientControl:
             self._emit(Error("invalid_voice", message, event.event_id))
         if event.turn_detection is not None:
             taking = turn_taking(self._server_settings, event.turn_detection)
-            self._use_settings(taking.settings)
             self.turn_detection = taking.in_effect
             listener.configure(taking.settings, taking.preroll_samples, taking.manual)
         if event.max_output_tokens is not None:

@@ -33,12 +33,14 @@ class OverlapFloor(Protocol):
     """What the barge-in checks read of the session, and the few ways they hand the floor over."""
 
     id: str
-    settings: Settings
     engines: Engines
     clock: Callable[[], float]
     stt: SessionSTT
     listener: Listener
     emit: Callable[[OutputEvent], None]
+
+    @property
+    def settings(self) -> Settings: ...
 
     @property
     def control(self) -> TurnDetectionInEffect: ...

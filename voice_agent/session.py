@@ -91,9 +91,7 @@ class Session:
         self.clock = clock
         self.interruptions = Interruptions(self, BargeInPolicy.from_settings(settings))
         self.idle = IdleWait(lambda: self.control.turn_detection.idle_timeout_ms, lambda: self.control.idle())
-        self.emit = self.interruptions.watching_output(
-            self._cancelling_echo(self.idle.watching(emit if agent is None else agent.recorded(emit)))
-        )
+        self._send = emit if agent is None else agent.recorded(emit)
         self.floor = Floor(self.emit, self._cut_off)
         self.stt = engines.stt_queue.session(session_id)  # this session's Whisper calls, in turn with the others'
         self.listener = Listener(settings, engines.vad.stream(), lambda: self.stt, self.emit, self, session_id, clock)
@@ -133,15 +131,14 @@ class Session:
         self._input_seen = False
         self.closed = False
 
-    def _cancelling_echo(self, send: Callable[[OutputEvent], None]) -> Callable[[OutputEvent], None]:
-        """``send``, with what the client plays and drops given to the input's echo canceller first."""
-
-        def send_noted(event: OutputEvent) -> None:
-            if self.listener.echo_canceller is not None:
-                self.listener.echo_canceller.output(event, self.sample_rate)
-            send(event)
-
-        return send_noted
+    def emit(self, event: OutputEvent) -> None:
+        """Send ``event``, seen first by the agent's own-voice hearing and the input's echo canceller (what the
+        client plays and drops), and by the idle wait."""
+        self.interruptions.see(event)
+        if self.listener.echo_canceller is not None:
+            self.listener.echo_canceller.output(event, self.sample_rate)
+        self.idle.see(event)
+        self._send(event)
 
     @property
     def settings(self) -> Settings:

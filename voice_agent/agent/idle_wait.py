@@ -18,15 +18,6 @@ class IdleWait:
         self._timeout_ms, self._idle = timeout_ms, idle
         self._timer: asyncio.TimerHandle | None = None
 
-    def watching(self, send: Callable[[OutputEvent], None]) -> Callable[[OutputEvent], None]:
-        """``send``, seen by the wait first."""
-
-        def send_seen(event: OutputEvent) -> None:
-            self.see(event)
-            send(event)
-
-        return send_seen
-
     def see(self, event: OutputEvent) -> None:
         if isinstance(event, ResponseEnded) and event.status != CANCELLED and (timeout_ms := self._timeout_ms()):
             self.stop()

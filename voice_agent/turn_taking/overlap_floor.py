@@ -37,7 +37,6 @@ class OverlapFloor(Protocol):
     clock: Callable[[], float]
     stt: SessionSTT
     listener: Listener
-    emit: Callable[[OutputEvent], None]
 
     @property
     def settings(self) -> Settings: ...
@@ -52,6 +51,8 @@ class OverlapFloor(Protocol):
 
     @property
     def sample_rate(self) -> int: ...
+
+    def emit(self, event: OutputEvent) -> None: ...
 
     def announce(self, turn: UserTurn) -> None: ...
 

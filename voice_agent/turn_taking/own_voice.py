@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
 
 import numpy as np
 
@@ -101,18 +100,13 @@ class OwnVoice:
         self._echo_free = False
         self._quiet_looked = 0  # the input received when the agent's talk was last looked at for that
 
-    def watching_output(self, send: Callable[[OutputEvent], None]) -> Callable[[OutputEvent], None]:
-        """``send``, with the agent's audio and the client's buffer clears noted first, for :meth:`hears_own_voice`."""
-
-        def send_watched(event: OutputEvent) -> None:
-            if isinstance(event, AgentAudio):
-                self._output.played(event.samples, self._session.sample_rate, self._session.clock())
-                self._look_for_quiet_input()
-            elif isinstance(event, Clear):
-                self._output.cleared(self._session.clock())
-            send(event)
-
-        return send_watched
+    def see(self, event: OutputEvent) -> None:
+        """Note the agent's audio and the client's buffer clears, for :meth:`hears_own_voice`."""
+        if isinstance(event, AgentAudio):
+            self._output.played(event.samples, self._session.sample_rate, self._session.clock())
+            self._look_for_quiet_input()
+        elif isinstance(event, Clear):
+            self._output.cleared(self._session.clock())
 
     @property
     def echo_comes_back(self) -> bool:

@@ -1,15 +1,10 @@
 """What a client controls itself: its start options, and the Realtime protocol's settings, buffer and responses.
 
-At the start a client may set the prompt and a greeting (an agent's start
-hook decides instead where there is one). A Realtime client may change its
-own copy of the server's settings (session.update), commit or clear the audio
-it sent (manual turn taking), ask for a response or cancel it, and declare
-functions it runs itself (client_tools.py); what it does to the conversation's
-items, and the input that waits for a response, is
-:mod:`..agent.conversation_items`'. Turn taking and
-the answer's life stay the session's and its floor's: this holds what the
-client asked for, and is handed the parts and the few session calls
-(``say``, ``commit``, ``start_answer``, ``play``) it acts through.
+A client may set the prompt and a greeting at the start (unless an agent's
+start hook decides them), change its own copy of the settings, commit or clear
+its audio, ask for a response or cancel it, and declare its own functions; the
+conversation's items are :mod:`..agent.conversation_items`'. It acts through
+the parts and the few session calls it is handed.
 """
 
 from __future__ import annotations
@@ -25,13 +20,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..agent.agent_session import AgentSession
-from ..agent.client_tools import ToolOffer
+from ..agent.client_tools import ToolOffer, checked_offer
 from ..agent.conversation import Conversation
 from ..agent.conversation_items import CONVERSATION_ITEM_EVENTS, ConversationItems
 from ..agent.reply_factory import ReplyFactory, TurnMetrics
 from ..audio import PIPELINE_RATE
 from ..config import Settings
-from ..engines.llm.base import supports_tools
 from ..engines.loader import Engines
 from ..engines.stt_queue import SessionSTT
 from ..log import log_exception
@@ -57,7 +51,6 @@ from ..protocols.events import (
     TurnCommitted,
     TurnDetection,
     TurnIgnored,
-    chosen_name,
 )
 from ..reply.pipeline import Reply
 from .answer import Answer
@@ -213,23 +206,11 @@ class ClientControl:
     def _tool_offer(self, tools: ToolSchemas | None, choice: ToolChoice | None, event_id: str) -> ToolOffer | None:
         """The client's functions, with what it left out as the session has it; None, and an error, if refused."""
         offer = ToolOffer(self.tools if tools is None else tools, self.tool_choice if choice is None else choice)
-        taken = offer.names & self._agent.tool_names() if self._agent is not None else set()
-        if taken:
-            message = f"the server's own tools are named {', '.join(sorted(taken))}: give yours other names. Ignored"
-            self._emit(Error("tool_name_conflict", message, event_id))
-            return None
-        forced = chosen_name(offer.choice)
-        if forced is not None and forced not in offer.names:
-            message = f"tool_choice names {printable(forced)}, which is not one of the tools. Ignored"
-            self._emit(Error("invalid_value", message, event_id))
-            return None
-        if offer.schemas and not supports_tools(self._engines.llm):
-            message = (
-                f"this server's LLM ({self._engines.llm.name}) cannot call tools: answers are given without "
-                "them. A server run with --llm openai, against an endpoint that returns tool calls, can"
-            )
-            self._emit(Error("tools_unsupported", message, event_id))
-        return offer
+        server_tools = self._agent.tool_names() if self._agent is not None else set()
+        checked, error = checked_offer(offer, server_tools, self._engines.llm, event_id)
+        if error is not None:
+            self._emit(error)
+        return checked
 
     def _on_commit_request(self, event: InputCommit) -> None:
         listener = self._listener

@@ -89,7 +89,6 @@ class Session:
         self.id = session_id
         self.agent = agent  # None: the plain assistant, and none of the agent's work on any path
         self.clock = clock
-        self.interruptions = Interruptions(self, BargeInPolicy.from_settings(settings))
         self.idle = IdleWait(lambda: self.control.turn_detection.idle_timeout_ms, lambda: self.control.idle())
         self._send = emit if agent is None else agent.recorded(emit)
         self.floor = Floor(self.emit, self._cut_off)
@@ -101,6 +100,23 @@ class Session:
             clock,
             lambda: self.settings.reply_grace_ms,
             lambda: self.interruptions.echo_comes_back,
+            session_id,
+        )
+        self.interruptions = Interruptions(
+            self.floor,
+            self.listener,
+            self.stt,
+            engines.vad,
+            BargeInPolicy.from_settings(settings),
+            self.merge,
+            lambda: self.settings,
+            lambda: self.control.turn_detection.interrupt_response,
+            lambda: self.sample_rate,
+            self.commit,
+            self.interrupt,
+            self.announce,
+            self.emit,
+            clock,
             session_id,
         )
         self.conversation = Conversation.from_settings(

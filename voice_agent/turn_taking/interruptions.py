@@ -1,7 +1,7 @@
 """User speech while the agent has the floor: the barge-in checks (the echo half is :mod:`.own_voice`).
 
 The rule of when to pause, check or stop is :class:`~.barge_in.BargeInPolicy`;
-this runs its transcriptions and acts on them through the session: it pauses
+this runs its transcriptions and acts on them through the floor: it pauses
 and resumes the reply the user hears, and hands the floor to the user. An
 answer the user interrupts within the grace after it began is withdrawn
 instead (:mod:`.turn_merge`).
@@ -11,18 +11,23 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 
 import numpy as np
 
 from .. import log as logs
 from ..audio import PIPELINE_RATE
-from ..engines.interfaces import Reading
+from ..config import Settings
+from ..engines.interfaces import Reading, VADBackend
+from ..engines.stt_queue import SessionSTT
 from ..engines.vad import WINDOW, WINDOW_MS
+from ..protocols.events import OutputEvent
 from .answer import USER_HOLDS, Answer, Hold
 from .barge_in import BargeIn, BargeInPolicy, Hearing, Judgement, Verdict, judge
-from .floor import FloorEvent, HandOver, Pause, Resume
-from .overlap_floor import OverlapFloor
+from .floor import Floor, FloorEvent, HandOver, Pause, Resume
+from .listener import Listener
 from .own_voice import MIN_SPEECH_WINDOWS, OwnVoice
+from .turn_merge import TurnMerge
 from .user_turn import SPEECH_TAIL_SAMPLES, UserTurn
 
 log = logging.getLogger(__name__)
@@ -43,8 +48,28 @@ def _speech_end(turn: UserTurn, speech: np.ndarray) -> int:
 
 
 class Interruptions(OwnVoice):
-    def __init__(self, session: OverlapFloor, policy: BargeInPolicy):
-        super().__init__(session, policy)
+    def __init__(
+        self,
+        floor: Floor,
+        listener: Listener,
+        stt: SessionSTT,
+        vad: VADBackend,
+        policy: BargeInPolicy,
+        merge: TurnMerge,
+        settings: Callable[[], Settings],
+        interrupting: Callable[[], bool],
+        sample_rate: Callable[[], int],
+        commit: Callable[[UserTurn], None],
+        interrupt: Callable[[], None],
+        announce: Callable[[UserTurn], None],
+        emit: Callable[[OutputEvent], None],
+        clock: Callable[[], float],
+        session_id: str = "",
+    ):
+        super().__init__(listener, stt, vad, policy, settings, sample_rate, emit, clock, session_id)
+        self._floor, self._merge = floor, merge
+        self._interrupting = interrupting  # the client lets speech interrupt the agent
+        self._commit, self._interrupt, self._announce = commit, interrupt, announce
         self._look: asyncio.Task | None = None  # is speech left once the echo is out? (the pause waits for it)
         self._hold_look: asyncio.Task | None = None  # the same, for speech held at the onset (_look_at_hold)
         self._read: dict[UserTurn, asyncio.Task] = {}  # turns that ended, and the reading that decides them
@@ -61,7 +86,7 @@ class Interruptions(OwnVoice):
         self._ignored: tuple[int, int] | None = None  # the last turn over the agent ignored: its start, last speech
 
     def _post(self, event: FloorEvent) -> None:
-        self._session.floor.transition(event)
+        self._floor.transition(event)
 
     def ignored(self, turn: UserTurn) -> None:
         """``turn``, over the agent, ended short of interrupting it."""
@@ -74,7 +99,7 @@ class Interruptions(OwnVoice):
         ignored, self._ignored = self._ignored, None
         if ignored is None or start - ignored[1] > GOES_ON_S * PIPELINE_RATE:
             return start
-        return max(self._session.listener.timeline.start, min(start, ignored[0]))
+        return max(self._listener.timeline.start, min(start, ignored[0]))
 
     async def close(self) -> None:
         for timer in (self._onset_timer, self._fade_timer, self._short_timer):
@@ -95,15 +120,14 @@ class Interruptions(OwnVoice):
         within the client's output lead unless more speech comes first, so the user hears no gap; where the
         agent's echo may be in it, the pause also ends with the output lead unless the echo test finds speech.
         """
-        session = self._session
-        answer = session.floor.answer
+        answer = self._floor.answer
         if self._fade_timer is not None and answer is not None and answer.held_by(Hold.ONSET):
             # More speech before the faded one's pause ended: the agent stays silent for it.
             self._fade_timer.cancel()
             self._fade_timer = None
             self._onset_spent = True
-            if session.clock() - self._onset_began < ONSET_CHAIN_MAX_S:
-                log.debug("session %s: more speech at the onset within the hold: the agent stays paused", session.id)
+            if self._clock() - self._onset_began < ONSET_CHAIN_MAX_S:
+                log.debug("session %s: more speech at the onset within the hold: the agent stays paused", self._id)
                 self._time_onset(answer)
                 if self._onset_over_echo:
                     self._look_at_hold(answer)
@@ -115,13 +139,13 @@ class Interruptions(OwnVoice):
             or answer is None
             or answer.heard_nothing
             or answer.paused
-            or not session.control.turn_detection.interrupt_response
-            or self.policy.min_speech_ms > session.settings.vad_min_speech_ms
+            or not self._interrupting()
+            or self.policy.min_speech_ms > self._settings().vad_min_speech_ms
         ):
             return
         self._post(Pause(answer, Hold.ONSET, "speech began over it"))
         self._onset_spent = True
-        self._onset_began = session.clock()
+        self._onset_began = self._clock()
         self._onset_start = start
         self._onset_over_echo = self.echo_heard or not self._no_echo_before(start)
         self._time_onset(answer)
@@ -132,7 +156,7 @@ class Interruptions(OwnVoice):
         if self._onset_timer is not None:
             self._onset_timer.cancel()
         self._onset_timer = asyncio.get_running_loop().call_later(
-            self._session.settings.output_lead_ms / 1000, self._onset_runs_out, answer
+            self._settings().output_lead_ms / 1000, self._onset_runs_out, answer
         )
 
     def _onset_runs_out(self, answer: Answer) -> None:
@@ -147,7 +171,7 @@ class Interruptions(OwnVoice):
         """The speech that paused the agent at its onset made no turn: the agent goes on, unless more speech
         comes within :data:`ONSET_HOLD_S`."""
         self._onset_spent = False
-        answer = self._session.floor.answer
+        answer = self._floor.answer
         if answer is None or not answer.held_by(Hold.ONSET):
             return
         if self._fade_timer is not None:
@@ -160,18 +184,17 @@ class Interruptions(OwnVoice):
         words need: a user's first syllables, held here, may hold fewer."""
         if self._hold_look is not None and not self._hold_look.done():
             return
-        echo = self._echo_between(self._onset_start, self._session.listener.timeline.received)
+        echo = self._echo_between(self._onset_start, self._listener.timeline.received)
         if echo is not None:
             self._hold_look = asyncio.create_task(self._end_hold_if_echo(answer, echo))
 
     async def _end_hold_if_echo(self, answer: Answer, echo: tuple[np.ndarray, np.ndarray, int, int]) -> None:
-        session = self._session
         try:
             _, speech = await asyncio.to_thread(self._speech_without_echo, *echo)
         except Exception:
-            logs.log_exception(log, "session %s: taking the echo out of the onset failed", session.id)
+            logs.log_exception(log, "session %s: taking the echo out of the onset failed", self._id)
             return
-        if not speech.any() and session.listener.turn is None:  # a turn's own look decides on more of it
+        if not speech.any() and self._listener.turn is None:  # a turn's own look decides on more of it
             self._onset_ends(answer, "the speech held at the onset is the agent's echo")
 
     def _faded_out(self, answer: Answer) -> None:
@@ -189,13 +212,12 @@ class Interruptions(OwnVoice):
     def user_speaks(self, turn: UserTurn) -> None:
         """Another speech window of ``turn`` over the agent: interrupt it for real speech, not for "mm-hm"."""
         self._onset_spent = False
-        session = self._session
-        answer = session.floor.answer
+        answer = self._floor.answer
         if not self._onset_over_echo and answer is not None:
             self._post(HandOver(answer, Hold.ONSET, Hold.TURN))  # the turn's own pause and check take it from here
-        if answer is None or answer.reply is None or not session.control.turn_detection.interrupt_response:
+        if answer is None or answer.reply is None or not self._interrupting():
             return
-        if session.merge.take_grace(answer):
+        if self._merge.take_grace(answer):
             turn.may_withdraw = True
         if answer.paused:  # at its onset, or for this turn's speech before
             self._end_pause_if_speech_stops(answer, turn)
@@ -238,13 +260,12 @@ class Interruptions(OwnVoice):
     ) -> None:
         """Pause ``answer`` (or stop it, for ``action`` INTERRUPT) if ``echo``'s input holds speech once the echo
         is out: a few ms, against the quarter second of the check's transcription."""
-        session = self._session
         try:
             cleaned, speech = await asyncio.to_thread(self._speech_without_echo, *echo)
         except Exception:
-            logs.log_exception(log, "session %s: taking the echo out failed", session.id)
+            logs.log_exception(log, "session %s: taking the echo out failed", self._id)
             cleaned, speech = echo[0], np.ones(len(echo[0]) // WINDOW, bool)  # unknown: treat as speech
-        if session.floor.answer is not answer or session.listener.turn is not turn:
+        if self._floor.answer is not answer or self._listener.turn is not turn:
             self._onset_ends(answer, "the answer or the turn ended while the echo was taken out")
             return  # the answer, or the turn, ended meanwhile: the resume is behind us
         if cleaned is None:
@@ -276,7 +297,7 @@ class Interruptions(OwnVoice):
         """
         if turn.barge_check is not None or turn.may_withdraw:
             return  # its check decides; or the graceful way out (turn_merge) does
-        self._look_for_silence_in(self._session.settings.output_lead_ms / 1000, answer, turn, turn.last_speech)
+        self._look_for_silence_in(self._settings().output_lead_ms / 1000, answer, turn, turn.last_speech)
 
     def _look_for_silence_in(self, seconds: float, answer: Answer, turn: UserTurn, last_speech: int) -> None:
         if self._short_timer is not None:
@@ -286,10 +307,9 @@ class Interruptions(OwnVoice):
         )
 
     def _speech_stopped_short(self, answer: Answer, turn: UserTurn, last_speech: int) -> None:
-        session = self._session
         if not (
-            session.floor.answer is answer
-            and session.listener.turn is turn
+            self._floor.answer is answer
+            and self._listener.turn is turn
             and turn.last_speech == last_speech
             and turn.barge_check is None
             and (self._look is None or self._look.done())
@@ -297,7 +317,7 @@ class Interruptions(OwnVoice):
         ):
             return
         short_s = (
-            session.settings.output_lead_ms / 1000 - (session.listener.timeline.received - last_speech) / PIPELINE_RATE
+            self._settings().output_lead_ms / 1000 - (self._listener.timeline.received - last_speech) / PIPELINE_RATE
         )
         if short_s > 0:
             self._look_for_silence_in(max(short_s, WINDOW_MS / 1000), answer, turn, last_speech)
@@ -340,28 +360,27 @@ class Interruptions(OwnVoice):
         words stops the agent all the same. "Stop.", "No." and "Wait." said at once hold 160 to 320 ms of
         speech (Piper's, over the echo rig's rooms), and the check waits for 250; no short noise or
         acknowledgement over the echo was read with one (docs/results/bargein.md)."""
-        if self._session.control.turn_detection.interrupt_response:
+        if self._interrupting():
             # With the word's last sounds past its last speech window: without them Whisper misreads short words.
             echo = self._echo_over(turn, SPEECH_TAIL_SAMPLES)
             self.reading(turn, asyncio.create_task(self._stop_if_told(turn, echo)))
 
     async def _stop_if_told(self, turn: UserTurn, echo: tuple[np.ndarray, np.ndarray, int, int] | None) -> None:
-        session = self._session
         try:
             text = await self._words(turn, echo, SPEECH_TAIL_SAMPLES)
         except Exception:
-            logs.log_exception(log, "session %s: reading a short turn over the agent failed", session.id)
+            logs.log_exception(log, "session %s: reading a short turn over the agent failed", self._id)
             return
-        reply = session.floor.reply
+        reply = self._floor.reply
         if reply is None or not self.policy.has_stop_word(text):
-            log.log(logs.words_level(), "session %s: no stop word in a short turn over the agent: %r", session.id, text)
+            log.log(logs.words_level(), "session %s: no stop word in a short turn over the agent: %r", self._id, text)
             return
-        if session.settings.barge_in_ignore_echo and self._is_own_voice(turn, text, reply, echo_out=echo is not None):
-            log.log(logs.words_level(), "session %s: the agent's own voice: %r", session.id, text)
+        if self._settings().barge_in_ignore_echo and self._is_own_voice(turn, text, reply, echo_out=echo is not None):
+            log.log(logs.words_level(), "session %s: the agent's own voice: %r", self._id, text)
             self.echo_heard = True
             return
         self._yield_to(turn, text)
-        session.commit(turn)
+        self._commit(turn)
 
     async def _check(
         self,
@@ -370,7 +389,6 @@ class Interruptions(OwnVoice):
         echo: tuple[np.ndarray, np.ndarray, int, int] | None,
         whole: bool = False,
     ) -> None:
-        session = self._session
         try:
             heard_until = turn.last_speech
             spoken_ms = turn.speech_ms
@@ -384,32 +402,32 @@ class Interruptions(OwnVoice):
                     # No speech; or none since words already judged no interruption (each new reading of the
                     # same "yeah" could go wrong). Not for words the agent is held for: the whole turn's reading
                     # decides those at its end.
-                    log.log(logs.words_level(), "session %s: no new speech once the echo is out", session.id)
+                    log.log(logs.words_level(), "session %s: no new speech once the echo is out", self._id)
                     if cleaned is None:
                         # The turn so far is the echo: the next look pauses the agent only for speech past it.
                         self._judged = {turn.id: max(self._judged.get(turn.id, 0), turn.start + echo[3])}
-                    if session.floor.reply is not None and (whole or not self.holds_word(turn)):
-                        self._post(Resume(session.floor.answer, USER_HOLDS, "no new speech with the echo out"))
+                    if self._floor.reply is not None and (whole or not self.holds_word(turn)):
+                        self._post(Resume(self._floor.answer, USER_HOLDS, "no new speech with the echo out"))
                     return
                 audio = cleaned
-            reading = await session.stt.read(audio)
+            reading = await self._stt.read(audio)
             log.log(
                 logs.words_level(),
                 "session %s: barge-in check after %.0f ms of speech, %s: %s",
-                session.id,
+                self._id,
                 turn.speech_ms,
                 "no echo path" if echo is None else f"echo out at lag {echo[2]}, {spoken_ms:.0f} ms of speech left",
                 f"{reading.text!r}{', judged no speech' if reading.no_speech else ''}",
             )
         except Exception:
-            logs.log_exception(log, "session %s: barge-in transcription failed", session.id)
+            logs.log_exception(log, "session %s: barge-in transcription failed", self._id)
             reading = Reading("?", no_speech=False)  # unknown words: treat as speech
-        answer = session.floor.answer
+        answer = self._floor.answer
         reply = None if answer is None else answer.reply
         if answer is None or reply is None:
             return
         self._word_held = None
-        own_voice = bool(session.settings.barge_in_ignore_echo) and self._is_own_voice(
+        own_voice = bool(self._settings().barge_in_ignore_echo) and self._is_own_voice(
             turn, reading.text, reply, echo_out=echo is not None
         )
         hearing = Hearing(
@@ -426,61 +444,59 @@ class Interruptions(OwnVoice):
 
     def _act_on(self, turn: UserTurn, judgement: Judgement, answer: Answer, heard_until: int, whole: bool) -> None:
         """Carry out the verdict on a reading of ``turn``'s speech up to sample ``heard_until``."""
-        session = self._session
         verdict, text = judgement.verdict, judgement.text
         if judgement.stop_read:
             self._stop_read = turn.id
         if verdict is Verdict.OWN_VOICE:
-            log.log(logs.words_level(), "session %s: the agent's own voice: %r", session.id, text)
+            log.log(logs.words_level(), "session %s: the agent's own voice: %r", self._id, text)
             self.echo_heard = True
             self._judged = {turn.id: heard_until}
             self._post(Resume(answer, USER_HOLDS, "its own voice"))
         elif verdict is Verdict.ACKNOWLEDGEMENT:
-            log.log(logs.words_level(), "session %s: not an interruption: %r", session.id, text)
+            log.log(logs.words_level(), "session %s: not an interruption: %r", self._id, text)
             self._judged = {turn.id: heard_until}
             self._post(Resume(answer, USER_HOLDS, "a backchannel"))
         elif verdict is Verdict.LONE_WORD:
             log.log(
-                logs.words_level(), "session %s: one word over the echo, not yet an interruption: %r", session.id, text
+                logs.words_level(), "session %s: one word over the echo, not yet an interruption: %r", self._id, text
             )
             if not whole:
                 self._judged = {turn.id: heard_until}
-            if session.listener.turn is not turn:  # it ended while we listened, or this read all of it
+            if self._listener.turn is not turn:  # it ended while we listened, or this read all of it
                 self._post(Resume(answer, USER_HOLDS, "one word over the echo, and its turn ended"))
             elif not whole:
                 self._word_held = turn.id
         elif verdict is Verdict.WAIT:
             self._read_again(turn, text, heard_until, judgement.why)
         elif verdict is Verdict.NOISE:
-            log.log(logs.words_level(), "session %s: %s: %r", session.id, judgement.why, text)
+            log.log(logs.words_level(), "session %s: %s: %r", self._id, judgement.why, text)
             self._post(Resume(answer, USER_HOLDS, judgement.why))
         else:
             self._yield_to(turn, text)
-            if session.listener.turn is not turn:
-                session.commit(turn)  # it ended while we listened: answer it now that the agent is quiet
+            if self._listener.turn is not turn:
+                self._commit(turn)  # it ended while we listened: answer it now that the agent is quiet
 
     def _read_again(self, turn: UserTurn, text: str, heard_until: int, where: str = "") -> None:
         """``text``, read in ``turn`` up to sample ``heard_until``, is not yet an interruption: the agent stays
         paused, and the words are read again as the speech grows, or whole if the turn has ended."""
-        log.log(logs.words_level(), "session %s: not yet an interruption%s: %r", self._session.id, where, text)
+        log.log(logs.words_level(), "session %s: not yet an interruption%s: %r", self._id, where, text)
         self._judged = {turn.id: heard_until}
-        if self._session.listener.turn is turn:
+        if self._listener.turn is turn:
             self._word_held = turn.id
         else:
             self.check_whole(turn)
 
     def _yield_to(self, turn: UserTurn, text: str) -> None:
-        session = self._session
-        log.info("session %s: barge-in after %.0f ms of speech", session.id, turn.speech_ms)
-        log.log(logs.words_level(), "session %s: the words that interrupted: %r", session.id, text)
+        log.info("session %s: barge-in after %.0f ms of speech", self._id, turn.speech_ms)
+        log.log(logs.words_level(), "session %s: the words that interrupted: %r", self._id, text)
         turn.over_agent = False
-        session.announce(turn)
-        answer = session.floor.answer
+        self._announce(turn)
+        answer = self._floor.answer
         if (
             answer is not None
             and answer.turn_start is not None
-            and (turn.may_withdraw or session.merge.began_in_grace(turn))
+            and (turn.may_withdraw or self._merge.began_in_grace(turn))
         ):
-            session.merge.withdraw(turn, answer.turn_start)
+            self._merge.withdraw(turn, answer.turn_start)
         else:
-            session.interrupt()
+            self._interrupt()

@@ -93,7 +93,6 @@ class Session:
         self._send = emit if agent is None else agent.recorded(emit)
         self.floor = Floor(self.emit, self._cut_off)
         self.stt = engines.stt_queue.session(session_id)  # this session's Whisper calls, in turn with the others'
-        self.listener = Listener(settings, engines.vad.stream(), lambda: self.stt, self.emit, self, session_id, clock)
         self.merge = TurnMerge(
             self.floor,
             self.emit,
@@ -104,7 +103,7 @@ class Session:
         )
         self.interruptions = Interruptions(
             self.floor,
-            self.listener,
+            lambda: self.listener,
             self.stt,
             engines.vad,
             BargeInPolicy.from_settings(settings),
@@ -118,6 +117,9 @@ class Session:
             self.emit,
             clock,
             session_id,
+        )
+        self.listener = Listener(
+            settings, engines.vad.stream(), lambda: self.stt, self.emit, self, self.interruptions, session_id, clock
         )
         self.conversation = Conversation.from_settings(
             settings, lambda messages: self.engines.llm.prefill(messages), session_id, token_counter(engines.llm)
@@ -232,48 +234,7 @@ class Session:
             self.agent.user_turn(text)
         self._speak(self.replies.new(turn_id, text, self.engines.llm, self.conversation.messages_for(text), metrics))
 
-    # Turn taking: what the listener asks.
-
-    def begin_turn(self, start: int) -> tuple[int, bool]:
-        start, over_agent = self.merge.begin_turn(start)
-        return (self.interruptions.reach_back(start) if over_agent else start), over_agent
-
-    def kept_start(self) -> int | None:
-        read = self.interruptions.turns_read()
-        live = [] if self.listener.turn is None else [self.listener.turn]
-        starts = [turn.start for turn in read]
-        if (unanswered := self.merge.unanswered_start(live + read)) is not None:
-            starts.append(unanswered)
-        return min(starts, default=None)
-
-    def speech_begins(self, start: int) -> None:
-        if not self.merge.speech_begins():
-            self.interruptions.speech_begins(start)
-
-    def speech_faded(self) -> None:
-        self.merge.speech_faded()
-        self.interruptions.speech_faded()
-
-    def hears_own_voice(self, start: int, end: int) -> bool:
-        return self.interruptions.hears_own_voice(start, end)
-
-    def holds_floor(self, turn: UserTurn) -> bool:
-        """Whether ``turn``, over the agent, ends on a short silence, whatever its words: it has not taken the floor.
-
-        A turn that may withdraw the answer (the user going on in the grace) waits for the end of the user's
-        sentence, unless its speech stopped short of a barge-in check where the agent's echo may be in it: a
-        blip of echo must not hold the agent silent until a sentence's end."""
-        if not turn.over_agent or self.reply is None:
-            return False
-        if not turn.may_withdraw:
-            return True
-        return turn.speech_ms < self.settings.barge_in_check_ms and self.interruptions.may_hold_echo(turn)
-
-    def user_speaks(self, turn: UserTurn) -> None:
-        """Interrupt the agent for real speech, not for "mm-hm" or a cough (:mod:`.interruptions`)."""
-        if not turn.over_agent:
-            self.announce(turn)
-        self.interruptions.user_speaks(turn)
+    # Turn taking.
 
     def announce(self, turn: UserTurn) -> None:
         """Tell the client a user turn began; over the agent, only once it interrupts."""

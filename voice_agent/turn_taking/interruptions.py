@@ -51,7 +51,7 @@ class Interruptions(OwnVoice):
     def __init__(
         self,
         floor: Floor,
-        listener: Listener,
+        listener: Callable[[], Listener],
         stt: SessionSTT,
         vad: VADBackend,
         policy: BargeInPolicy,
@@ -88,6 +88,51 @@ class Interruptions(OwnVoice):
     def _post(self, event: FloorEvent) -> None:
         self._floor.transition(event)
 
+    # What the listener asks (OverAgent).
+
+    def begin_turn(self, start: int) -> tuple[int, bool]:
+        """Speech makes a turn from sample ``start``: where it really starts, and whether it is over the agent."""
+        start, over_agent = self._merge.begin_turn(start)
+        return (self.reach_back(start) if over_agent else start), over_agent
+
+    def kept_start(self) -> int | None:
+        """The earliest sample a turn that ended still needs: its words are read, or its answer may merge."""
+        read = self.turns_read()
+        live = [] if (turn := self._listener().turn) is None else [turn]
+        starts = [turn.start for turn in read]
+        if (unanswered := self._merge.unanswered_start(live + read)) is not None:
+            starts.append(unanswered)
+        return min(starts, default=None)
+
+    def speech_begins(self, start: int) -> None:
+        """A speech window, its run from sample ``start``, too short yet for a turn: in the grace the turn merge
+        pauses the answer, else the onset's pause does."""
+        if not self._merge.speech_begins():
+            self._onset(start)
+
+    def speech_faded(self) -> None:
+        self._merge.speech_faded()
+        self._onset_faded()
+
+    def holds_floor(self, turn: UserTurn) -> bool:
+        """Whether ``turn``, over the agent, ends on a short silence, whatever its words: it has not taken the floor.
+
+        A turn that may withdraw the answer (the user going on in the grace) waits for the end of the user's
+        sentence, unless its speech stopped short of a barge-in check where the agent's echo may be in it: a
+        blip of echo must not hold the agent silent until a sentence's end."""
+        if not turn.over_agent or self._floor.reply is None:
+            return False
+        if not turn.may_withdraw:
+            return True
+        return turn.speech_ms < self._settings().barge_in_check_ms and self.may_hold_echo(turn)
+
+    def user_speaks(self, turn: UserTurn) -> None:
+        """Another speech window of ``turn``: the client hears of a turn not over the agent at once; over the
+        agent, it is interrupted for real speech, not for "mm-hm" or a cough."""
+        if not turn.over_agent:
+            self._announce(turn)
+        self._speaks_over(turn)
+
     def ignored(self, turn: UserTurn) -> None:
         """``turn``, over the agent, ended short of interrupting it."""
         self._ignored = (turn.start, turn.last_speech)
@@ -99,7 +144,7 @@ class Interruptions(OwnVoice):
         ignored, self._ignored = self._ignored, None
         if ignored is None or start - ignored[1] > GOES_ON_S * PIPELINE_RATE:
             return start
-        return max(self._listener.timeline.start, min(start, ignored[0]))
+        return max(self._listener().timeline.start, min(start, ignored[0]))
 
     async def close(self) -> None:
         for timer in (self._onset_timer, self._fade_timer, self._short_timer):
@@ -111,7 +156,7 @@ class Interruptions(OwnVoice):
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
 
-    def speech_begins(self, start: int) -> None:
+    def _onset(self, start: int) -> None:
         """A speech window over the agent, its run from sample ``start``, too short yet for a turn: the agent
         falls silent at once.
 
@@ -167,7 +212,7 @@ class Interruptions(OwnVoice):
             return
         self._onset_ends(answer, "the pause at the onset ran out")
 
-    def speech_faded(self) -> None:
+    def _onset_faded(self) -> None:
         """The speech that paused the agent at its onset made no turn: the agent goes on, unless more speech
         comes within :data:`ONSET_HOLD_S`."""
         self._onset_spent = False
@@ -184,7 +229,7 @@ class Interruptions(OwnVoice):
         words need: a user's first syllables, held here, may hold fewer."""
         if self._hold_look is not None and not self._hold_look.done():
             return
-        echo = self._echo_between(self._onset_start, self._listener.timeline.received)
+        echo = self._echo_between(self._onset_start, self._listener().timeline.received)
         if echo is not None:
             self._hold_look = asyncio.create_task(self._end_hold_if_echo(answer, echo))
 
@@ -194,7 +239,7 @@ class Interruptions(OwnVoice):
         except Exception:
             logs.log_exception(log, "session %s: taking the echo out of the onset failed", self._id)
             return
-        if not speech.any() and self._listener.turn is None:  # a turn's own look decides on more of it
+        if not speech.any() and self._listener().turn is None:  # a turn's own look decides on more of it
             self._onset_ends(answer, "the speech held at the onset is the agent's echo")
 
     def _faded_out(self, answer: Answer) -> None:
@@ -209,7 +254,7 @@ class Interruptions(OwnVoice):
             self._fade_timer = None
         self._post(Resume(answer, Hold.ONSET, why))
 
-    def user_speaks(self, turn: UserTurn) -> None:
+    def _speaks_over(self, turn: UserTurn) -> None:
         """Another speech window of ``turn`` over the agent: interrupt it for real speech, not for "mm-hm"."""
         self._onset_spent = False
         answer = self._floor.answer
@@ -265,7 +310,7 @@ class Interruptions(OwnVoice):
         except Exception:
             logs.log_exception(log, "session %s: taking the echo out failed", self._id)
             cleaned, speech = echo[0], np.ones(len(echo[0]) // WINDOW, bool)  # unknown: treat as speech
-        if self._floor.answer is not answer or self._listener.turn is not turn:
+        if self._floor.answer is not answer or self._listener().turn is not turn:
             self._onset_ends(answer, "the answer or the turn ended while the echo was taken out")
             return  # the answer, or the turn, ended meanwhile: the resume is behind us
         if cleaned is None:
@@ -309,7 +354,7 @@ class Interruptions(OwnVoice):
     def _speech_stopped_short(self, answer: Answer, turn: UserTurn, last_speech: int) -> None:
         if not (
             self._floor.answer is answer
-            and self._listener.turn is turn
+            and self._listener().turn is turn
             and turn.last_speech == last_speech
             and turn.barge_check is None
             and (self._look is None or self._look.done())
@@ -317,7 +362,7 @@ class Interruptions(OwnVoice):
         ):
             return
         short_s = (
-            self._settings().output_lead_ms / 1000 - (self._listener.timeline.received - last_speech) / PIPELINE_RATE
+            self._settings().output_lead_ms / 1000 - (self._listener().timeline.received - last_speech) / PIPELINE_RATE
         )
         if short_s > 0:
             self._look_for_silence_in(max(short_s, WINDOW_MS / 1000), answer, turn, last_speech)
@@ -462,7 +507,7 @@ class Interruptions(OwnVoice):
             )
             if not whole:
                 self._judged = {turn.id: heard_until}
-            if self._listener.turn is not turn:  # it ended while we listened, or this read all of it
+            if self._listener().turn is not turn:  # it ended while we listened, or this read all of it
                 self._post(Resume(answer, USER_HOLDS, "one word over the echo, and its turn ended"))
             elif not whole:
                 self._word_held = turn.id
@@ -473,7 +518,7 @@ class Interruptions(OwnVoice):
             self._post(Resume(answer, USER_HOLDS, judgement.why))
         else:
             self._yield_to(turn, text)
-            if self._listener.turn is not turn:
+            if self._listener().turn is not turn:
                 self._commit(turn)  # it ended while we listened: answer it now that the agent is quiet
 
     def _read_again(self, turn: UserTurn, text: str, heard_until: int, where: str = "") -> None:
@@ -481,7 +526,7 @@ class Interruptions(OwnVoice):
         paused, and the words are read again as the speech grows, or whole if the turn has ended."""
         log.log(logs.words_level(), "session %s: not yet an interruption%s: %r", self._id, where, text)
         self._judged = {turn.id: heard_until}
-        if self._listener.turn is turn:
+        if self._listener().turn is turn:
             self._word_held = turn.id
         else:
             self.check_whole(turn)

@@ -4,8 +4,8 @@ The listener resamples the client's audio to 16 kHz, keeps it on the
 :class:`~.timeline.AudioTimeline`, runs the VAD on it as it arrives (a window
 costs about 0.2 ms, so inline), and follows the current :class:`~.user_turn.UserTurn`:
 partial transcripts while the user speaks, the speculative final transcript
-when a pause begins, and the end-of-turn decision. Who has the floor is the
-session's decision: the listener asks it through :class:`TurnTaker`.
+when a pause begins, and the end-of-turn decision. Who has the floor it asks
+:class:`OverAgent`; the turns go to the session, :class:`TurnTaker`.
 """
 
 from __future__ import annotations
@@ -63,7 +63,20 @@ def input_resampler(rate: int) -> StreamResampler:
 
 
 class TurnTaker(Protocol):
-    """What the listener asks of the session."""
+    """What the listener tells the session."""
+
+    def user_partial(self, turn: UserTurn, transcript: str) -> None:
+        """A partial transcript of ``turn`` while the user speaks."""
+
+    def user_pauses(self, turn: UserTurn, transcript: str, stt_ms: float) -> None:
+        """``turn``'s speculative final transcript is in, and the user is still silent."""
+
+    def commit(self, turn: UserTurn) -> None:
+        """``turn`` is over."""
+
+
+class OverAgent(Protocol):
+    """What the listener asks of the speech over the agent (:mod:`.interruptions`)."""
 
     def begin_turn(self, start: int) -> tuple[int, bool]:
         """Speech makes a turn from sample ``start``: where it really starts, and whether it is over the agent."""
@@ -76,15 +89,6 @@ class TurnTaker(Protocol):
 
     def speech_faded(self) -> None:
         """The speech since :meth:`speech_begins` ended too short to make a turn."""
-
-    def user_partial(self, turn: UserTurn, transcript: str) -> None:
-        """A partial transcript of ``turn`` while the user speaks."""
-
-    def user_pauses(self, turn: UserTurn, transcript: str, stt_ms: float) -> None:
-        """``turn``'s speculative final transcript is in, and the user is still silent."""
-
-    def commit(self, turn: UserTurn) -> None:
-        """``turn`` is over."""
 
     def holds_floor(self, turn: UserTurn) -> bool:
         """Whether ``turn`` is speech over the agent's answer that has not taken the floor from it."""
@@ -107,6 +111,7 @@ class Listener:
         stt: Callable[[], SessionSTT],
         emit: Callable[[OutputEvent], None],
         turn_taker: TurnTaker,
+        over_agent: OverAgent,
         session_id: str = "",
         clock: Callable[[], float] = time.monotonic,
     ):
@@ -122,7 +127,7 @@ class Listener:
         self._vad = vad
         self._stt = stt
         self._emit = emit
-        self._turn_taker = turn_taker
+        self._turn_taker, self._over_agent = turn_taker, over_agent
         self._id = session_id
         self._clock = clock
         self._detector = turn_detector(settings)
@@ -206,7 +211,7 @@ class Listener:
     def _on_window(self, probability: float) -> None:
         end = self._analysed
         threshold = self.settings.vad_threshold
-        if probability >= threshold and self._turn_taker.hears_own_voice(self._speech_start(end), end):
+        if probability >= threshold and self._over_agent.hears_own_voice(self._speech_start(end), end):
             # The agent's voice through the client's loudspeaker: silence from the user. The pre-roll
             # still reaches back over such windows: the echo test also takes the onset of a user
             # speaking over the agent for echo, and a lost "Stop" costs more than an echoed word.
@@ -221,7 +226,7 @@ class Listener:
                 if self._last_commit is not None:
                     self._gap_since_commit = run_start - self._last_commit[1]
                 start = max(self.timeline.start, run_start - self._preroll)
-                start, over_agent = self._turn_taker.begin_turn(start)
+                start, over_agent = self._over_agent.begin_turn(start)
                 self.turn = UserTurn(
                     next(self.turn_ids),
                     start,
@@ -237,13 +242,13 @@ class Listener:
                 log.debug("session %s: turn %d starts", self._id, self.turn.id)
             if self.turn is not None:
                 self._learn_merge(self.turn)
-                self._turn_taker.user_speaks(self.turn)
+                self._over_agent.user_speaks(self.turn)
                 self._maybe_partial(self.turn)
             else:
-                self._turn_taker.speech_begins(self._run_start(end))
+                self._over_agent.speech_begins(self._run_start(end))
         elif probability < threshold - VAD_HYSTERESIS:
             if self._speech_run_ms and self.turn is None:
-                self._turn_taker.speech_faded()
+                self._over_agent.speech_faded()
             self._speech_run_ms = 0.0
         self._probability = probability
         if self.turn is not None:
@@ -297,7 +302,7 @@ class Listener:
         silence_ms = (now - turn.last_speech) * 1000 / PIPELINE_RATE
         if silence_ms < self.settings.stt_speculative_silence_ms:
             return
-        if silence_ms >= self.settings.end_silence_complete_ms and self._turn_taker.holds_floor(turn):
+        if silence_ms >= self.settings.end_silence_complete_ms and self._over_agent.holds_floor(turn):
             # A "yeah", a cough or words still being checked, over the agent: their end lets a paused agent go
             # on at once, not at the end of a sentence.
             self._turn_taker.commit(turn)
@@ -350,7 +355,7 @@ class Listener:
         """Keep the current turn's audio, that which ended turns still need, and the pre-roll."""
         received = self.timeline.received
         keep_from = received - PREROLL_SAMPLES - int(self.settings.max_turn_s * PIPELINE_RATE)
-        pending = self._turn_taker.kept_start()
+        pending = self._over_agent.kept_start()
         for start in (self.turn.start if self.turn else None, pending):
             if start is not None:
                 keep_from = min(keep_from, start)

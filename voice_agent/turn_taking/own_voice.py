@@ -94,7 +94,7 @@ def timed_chunks(reply: Reply) -> list[tuple[str, float, float]]:
 class OwnVoice:
     def __init__(
         self,
-        listener: Listener,
+        listener: Callable[[], Listener],
         stt: SessionSTT,
         vad: VADBackend,
         policy: BargeInPolicy,
@@ -138,7 +138,7 @@ class OwnVoice:
             return False
         if self._began_over_quiet(start) or self._no_echo_before(end - WINDOW):
             return False
-        timeline = self._listener.timeline
+        timeline = self._listener().timeline
         heard = timeline.slice(end - ECHO_INPUT_SAMPLES, end)
         return self._output.explains(heard, timeline.arrival_time(end))
 
@@ -173,7 +173,7 @@ class OwnVoice:
         if not self._settings().barge_in_ignore_echo:
             return True  # its echo is the user's speech then, as any speech is
         if not self._echo_free or self.echo_heard:
-            timeline = self._listener.timeline
+            timeline = self._listener().timeline
             heard = timeline.slice(max(timeline.start, start - QUIET_INPUT_SAMPLES), start)
             heard_end_at = timeline.arrival_time(start)
             if not self._output.silent_under(heard, heard_end_at):
@@ -188,7 +188,7 @@ class OwnVoice:
         silence under the output? Then the call is known free of its echo before the user speaks over it."""
         if self._echo_free or self.echo_heard:
             return
-        received = self._listener.timeline.received
+        received = self._listener().timeline.received
         if received - self._quiet_looked >= QUIET_INPUT_SAMPLES // 2:
             self._quiet_looked = received
             self._no_echo_before(received)
@@ -204,7 +204,7 @@ class OwnVoice:
         """For a look at the input from sample ``start`` to ``end``: the input from :data:`FIT_S` before it, the
         output that played over that input, the echo path's lag, and the look's length; None when no echo path
         is found in it."""
-        timeline = self._listener.timeline
+        timeline = self._listener().timeline
         start = max(start, timeline.start)
         heard = timeline.slice(max(timeline.start, start - int(FIT_S * PIPELINE_RATE)), end)
         length = end - start
@@ -242,7 +242,7 @@ class OwnVoice:
         if self._echo_free and not self.echo_heard:
             return False  # "Four." said as an answer ended was taken for its "... your order." (endpointing eval)
         reply, ended_at = self._finished
-        began_at = self._listener.timeline.arrival_time(turn.start)
+        began_at = self._listener().timeline.arrival_time(turn.start)
         if began_at > ended_at + ECHO_TAIL_S:
             return False
         spoken_s = (turn.last_speech - turn.start) / PIPELINE_RATE

@@ -24,7 +24,6 @@ from .engines.llm.tokens import token_counter
 from .engines.loader import Engines
 from .log import log_exception
 from .protocols.events import (
-    TURN_DETECTED,
     AudioReceived,
     Error,
     FunctionCall,
@@ -112,7 +111,6 @@ class Session:
             lambda: self.control.turn_detection.interrupt_response,
             lambda: self.sample_rate,
             self.commit,
-            self.interrupt,
             self.announce,
             self.emit,
             clock,
@@ -226,7 +224,7 @@ class Session:
         self.start_answer(lambda answer: self.play(answer, reply, asyncio.create_task(reply.run())))
 
     def _on_text(self, text: str) -> None:
-        self.interrupt()
+        self.floor.transition(Yield())
         turn_id = next(self.listener.turn_ids)
         metrics = TurnMetrics(turn_id, speech_end=self.clock())
         self.emit(Transcript("user", text, final=True))
@@ -241,11 +239,6 @@ class Session:
         if turn.announce():
             self.emit(SpeechStarted(turn.id, turn.start * 1000 // PIPELINE_RATE))
         self.floor.transition(Announced())
-
-    def interrupt(self, reason: str = TURN_DETECTED) -> None:
-        """Stop the agent now: every stage, the client's buffer, and the history. ``reason`` is told with the
-        answer's end: a new user turn (``TURN_DETECTED``: speech, typed text) or the client's ``CLIENT_CANCELLED``."""
-        self.floor.transition(Yield(reason))
 
     def _cut_off(self, reply: Reply) -> None:
         """The user took the floor from ``reply``: what they heard of it goes to the history."""
@@ -328,10 +321,8 @@ class Session:
             turn.drop_prepared()
 
     def user_partial(self, turn: UserTurn, text: str) -> None:
-        """Evaluate the words so far into the LLM's cache while the user speaks: the answer is quicker.
-
-        Not once the user has paused: the answer to the pause's transcript is about to need the LLM,
-        and would wait for the evaluation of words it evaluates again."""
+        """Evaluate the words so far into the LLM's cache while the user speaks; not once they paused, when the
+        answer to the pause's transcript is about to need the LLM."""
         if has_words(text) and self.reply is None and not turn.pausing:
             self.conversation.prefill_question(text)
 
@@ -342,8 +333,7 @@ class Session:
         words = has_words(text) and self.reply is None  # over the agent, only a barge-in makes a turn
         prepare = words and self.settings.preemptive_generation and turn.needs_answer
         if turn.needs_signals and words:
-            # With an answer prepared, the LLM reads the signal in the answer's own prompt
-            # evaluation: no second evaluation, and the answer never waits for it.
+            # With an answer prepared, the LLM reads the signal in the answer's own prompt evaluation.
             timeline, smart_turn = self.listener.timeline, self.engines.smart_turn
             audio = None if smart_turn is None else timeline.slice(turn.start, timeline.received)
             llm = self.engines.llm if self.settings.end_of_turn_llm else None
@@ -357,10 +347,7 @@ class Session:
         turn.prepare(self.replies.new(turn.id, text, self.engines.llm, messages, metrics, held=True), metrics)
 
     async def play(self, answer: Answer, reply: Reply, running: asyncio.Task) -> None:
-        """Make ``reply`` the one the user hears, and wait for it to end.
-
-        Cancelling this task cancels ``running`` too: asyncio cancels what a cancelled task awaits.
-        """
+        """Make ``reply`` the one the user hears, and wait for it to end (cancelled, ``running`` is too)."""
         self.floor.transition(Play(answer, reply))
         number = answer.number
         assert number is not None  # it plays
@@ -382,7 +369,7 @@ class Session:
             calls = [] if failed else reply.tool_calls  # the client's functions to run, now that it was said
             for call in calls:
                 self.emit(FunctionCall(number, call.id, call.name, call.arguments))
-            # A failed turn stays out of the history: the words that made it fail would fail the next answers too.
+            # A failed turn stays out of the history: its words would fail the next answers too.
             self._remember(reply, reply.text, failed=failed, calls=calls)
             self.floor.transition(Finish(answer, failed))
             # Apologize for a failed answer to the user; never for fixed words, so no loop.

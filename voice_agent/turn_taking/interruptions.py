@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -24,7 +25,7 @@ from ..engines.vad import WINDOW, WINDOW_MS
 from ..protocols.events import OutputEvent
 from .answer import USER_HOLDS, Answer, Hold
 from .barge_in import BargeIn, BargeInPolicy, Hearing, Judgement, Verdict, judge
-from .floor import Floor, FloorEvent, HandOver, Pause, Resume
+from .floor import Floor, FloorEvent, HandOver, Pause, Resume, Yield
 from .listener import Listener
 from .own_voice import MIN_SPEECH_WINDOWS, OwnVoice
 from .turn_merge import TurnMerge
@@ -47,6 +48,13 @@ def _speech_end(turn: UserTurn, speech: np.ndarray) -> int:
     return turn.start + (int(np.flatnonzero(speech)[-1]) + 1) * WINDOW if speech.any() else 0
 
 
+def _later(timer: asyncio.TimerHandle | None, seconds: float, *call: Any) -> asyncio.TimerHandle:
+    """A timer for ``call`` in place of ``timer``."""
+    if timer is not None:
+        timer.cancel()
+    return asyncio.get_running_loop().call_later(seconds, *call)
+
+
 class Interruptions(OwnVoice):
     def __init__(
         self,
@@ -60,7 +68,6 @@ class Interruptions(OwnVoice):
         interrupting: Callable[[], bool],
         sample_rate: Callable[[], int],
         commit: Callable[[UserTurn], None],
-        interrupt: Callable[[], None],
         announce: Callable[[UserTurn], None],
         emit: Callable[[OutputEvent], None],
         clock: Callable[[], float],
@@ -69,7 +76,7 @@ class Interruptions(OwnVoice):
         super().__init__(listener, stt, vad, policy, settings, sample_rate, emit, clock, session_id)
         self._floor, self._merge = floor, merge
         self._interrupting = interrupting  # the client lets speech interrupt the agent
-        self._commit, self._interrupt, self._announce = commit, interrupt, announce
+        self._commit, self._announce = commit, announce
         self._look: asyncio.Task | None = None  # is speech left once the echo is out? (the pause waits for it)
         self._hold_look: asyncio.Task | None = None  # the same, for speech held at the onset (_look_at_hold)
         self._read: dict[UserTurn, asyncio.Task] = {}  # turns that ended, and the reading that decides them
@@ -196,12 +203,10 @@ class Interruptions(OwnVoice):
         self._time_onset(answer)
 
     def _time_onset(self, answer: Answer) -> None:
-        """A run that hovers about the VAD's threshold makes no turn and never fades: past the output lead, the
-        user would hear the gap, for what may be nothing. An earlier onset's timer never ends this pause."""
-        if self._onset_timer is not None:
-            self._onset_timer.cancel()
-        self._onset_timer = asyncio.get_running_loop().call_later(
-            self._settings().output_lead_ms / 1000, self._onset_runs_out, answer
+        """Speech about the VAD's threshold makes no turn and never fades: the pause ends with the output lead.
+        An earlier onset's timer never ends this pause."""
+        self._onset_timer = _later(
+            self._onset_timer, self._settings().output_lead_ms / 1000, self._onset_runs_out, answer
         )
 
     def _onset_runs_out(self, answer: Answer) -> None:
@@ -219,9 +224,7 @@ class Interruptions(OwnVoice):
         answer = self._floor.answer
         if answer is None or not answer.held_by(Hold.ONSET):
             return
-        if self._fade_timer is not None:
-            self._fade_timer.cancel()
-        self._fade_timer = asyncio.get_running_loop().call_later(ONSET_HOLD_S, self._faded_out, answer)
+        self._fade_timer = _later(self._fade_timer, ONSET_HOLD_S, self._faded_out, answer)
 
     def _look_at_hold(self, answer: Answer) -> None:
         """The onset's pause held over a fade is for the agent's own echo if no speech window at all is left of
@@ -345,11 +348,7 @@ class Interruptions(OwnVoice):
         self._look_for_silence_in(self._settings().output_lead_ms / 1000, answer, turn, turn.last_speech)
 
     def _look_for_silence_in(self, seconds: float, answer: Answer, turn: UserTurn, last_speech: int) -> None:
-        if self._short_timer is not None:
-            self._short_timer.cancel()
-        self._short_timer = asyncio.get_running_loop().call_later(
-            seconds, self._speech_stopped_short, answer, turn, last_speech
-        )
+        self._short_timer = _later(self._short_timer, seconds, self._speech_stopped_short, answer, turn, last_speech)
 
     def _speech_stopped_short(self, answer: Answer, turn: UserTurn, last_speech: int) -> None:
         if not (
@@ -544,4 +543,4 @@ class Interruptions(OwnVoice):
         ):
             self._merge.withdraw(turn, answer.turn_start)
         else:
-            self._interrupt()
+            self._post(Yield())

@@ -124,12 +124,9 @@ class Listener:
         self.echo_canceller = input_canceller(settings, clock=clock)  # None: the input goes to the VAD as it comes
         self._client_cancels_echo = False
         self.noise_suppression = bool(settings.noise_suppression)
-        self._vad = vad
-        self._stt = stt
-        self._emit = emit
+        self._vad, self._stt, self._emit = vad, stt, emit
         self._turn_taker, self._over_agent = turn_taker, over_agent
-        self._id = session_id
-        self._clock = clock
+        self._id, self._clock = session_id, clock
         self._detector = turn_detector(settings)
         # The last committed turn (start, last speech, ended on a finished sentence): if the user
         # goes on and the two merge, that pause is one of theirs (PauseHabit).
@@ -200,10 +197,7 @@ class Listener:
         if not len(samples):
             return
         self.timeline.append(samples)
-        if self.manual:
-            self._trim_audio()
-            return
-        for probability in self._vad.process(samples):
+        for probability in () if self.manual else self._vad.process(samples):
             self._analysed += WINDOW
             self._on_window(probability)
         self._trim_audio()

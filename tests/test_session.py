@@ -30,8 +30,8 @@ from voice_agent.protocols.events import (
 )
 from voice_agent.session import Session
 from voice_agent.turn_taking.floor import FloorState
+from voice_agent.turn_taking.interruptions import held_at_onset
 from voice_agent.turn_taking.listener import PREROLL_SAMPLES
-from voice_agent.turn_taking.turn_merge import held_at_onset
 
 RATE = 16000
 

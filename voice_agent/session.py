@@ -59,7 +59,6 @@ from .turn_taking.floor import (
 from .turn_taking.interruptions import Interruptions
 from .turn_taking.listener import Listener
 from .turn_taking.turn import has_words
-from .turn_taking.turn_merge import TurnMerge
 from .turn_taking.turn_signals import PauseSignals
 from .turn_taking.user_turn import UserTurn
 
@@ -92,21 +91,12 @@ class Session:
         self._send = emit if agent is None else agent.recorded(emit)
         self.floor = Floor(self.emit, self._cut_off)
         self.stt = engines.stt_queue.session(session_id)  # this session's Whisper calls, in turn with the others'
-        self.merge = TurnMerge(
-            self.floor,
-            self.emit,
-            clock,
-            lambda: self.settings.reply_grace_ms,
-            lambda: self.interruptions.echo_comes_back,
-            session_id,
-        )
         self.interruptions = Interruptions(
             self.floor,
             lambda: self.listener,
             self.stt,
             engines.vad,
             BargeInPolicy.from_settings(settings),
-            self.merge,
             lambda: self.settings,
             lambda: self.control.turn_detection.interrupt_response,
             lambda: self.sample_rate,

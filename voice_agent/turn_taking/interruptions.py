@@ -4,14 +4,15 @@ The rule of when to pause, check or stop is :class:`~.barge_in.BargeInPolicy`;
 this runs its transcriptions and acts on them through the floor: it pauses
 and resumes the reply the user hears, and hands the floor to the user. An
 answer the user interrupts within the grace after it began is withdrawn
-instead (:mod:`.turn_merge`).
+instead (the graceful way out: the user was not done, and the turn reaches
+back to the one it answered).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import numpy as np
@@ -22,13 +23,12 @@ from ..config import Settings
 from ..engines.interfaces import Reading, VADBackend
 from ..engines.stt_queue import SessionSTT
 from ..engines.vad import WINDOW, WINDOW_MS
-from ..protocols.events import OutputEvent
+from ..protocols.events import Metrics, OutputEvent, TurnIgnored
 from .answer import USER_HOLDS, Answer, Hold
 from .barge_in import BargeIn, BargeInPolicy, Hearing, Judgement, Verdict, judge
-from .floor import Floor, FloorEvent, HandOver, Pause, Resume, Yield
+from .floor import Floor, FloorEvent, FloorState, HandOver, Pause, Resume, Withdraw, Yield
 from .listener import Listener
 from .own_voice import MIN_SPEECH_WINDOWS, OwnVoice
-from .turn_merge import TurnMerge
 from .user_turn import SPEECH_TAIL_SAMPLES, UserTurn
 
 log = logging.getLogger(__name__)
@@ -55,6 +55,11 @@ def _later(timer: asyncio.TimerHandle | None, seconds: float, *call: Any) -> asy
     return asyncio.get_running_loop().call_later(seconds, *call)
 
 
+def held_at_onset(answer: Answer | None) -> bool:
+    """Whether a speech window in the grace, before it made a turn, paused ``answer``."""
+    return answer is not None and answer.reply is not None and answer.held_by(Hold.GRACE_ONSET)
+
+
 class Interruptions(OwnVoice):
     def __init__(
         self,
@@ -63,7 +68,6 @@ class Interruptions(OwnVoice):
         stt: SessionSTT,
         vad: VADBackend,
         policy: BargeInPolicy,
-        merge: TurnMerge,
         settings: Callable[[], Settings],
         interrupting: Callable[[], bool],
         sample_rate: Callable[[], int],
@@ -74,7 +78,9 @@ class Interruptions(OwnVoice):
         session_id: str = "",
     ):
         super().__init__(listener, stt, vad, policy, settings, sample_rate, emit, clock, session_id)
-        self._floor, self._merge = floor, merge
+        self._floor = floor
+        self.overlap_ms_total = 0.0  # agent voice heard by a user who was not done, over the session
+        self._grace_taken: Answer | None = None  # the user went on within its grace: their turn may withdraw it
         self._interrupting = interrupting  # the client lets speech interrupt the agent
         self._commit, self._announce = commit, announce
         self._look: asyncio.Task | None = None  # is speech left once the echo is out? (the pause waits for it)
@@ -99,26 +105,51 @@ class Interruptions(OwnVoice):
 
     def begin_turn(self, start: int) -> tuple[int, bool]:
         """Speech makes a turn from sample ``start``: where it really starts, and whether it is over the agent."""
-        start, over_agent = self._merge.begin_turn(start)
-        return (self.reach_back(start) if over_agent else start), over_agent
+        answer = self._floor.answer
+        if answer is not None and answer.heard_nothing:  # one turn, not two; the client hears of the new first
+            if answer.turn_start is not None:
+                start = answer.turn_start
+            if answer.turn_id is not None:
+                self._emit(TurnIgnored(answer.turn_id, merged=True))
+            self._post(Withdraw(report=False))
+        elif self._in_grace() or held_at_onset(answer):
+            # The user goes on right after the agent began: they were only pausing. Silent at once; if it is
+            # words, the answer is withdrawn.
+            self._post(Pause(answer, Hold.TURN, "the user went on within the grace"))
+            self._post(HandOver(answer, Hold.GRACE_ONSET, Hold.TURN))  # this turn took the onset's pause over
+            self._grace_taken = answer
+        if self._floor.state not in (FloorState.SPEAKING, FloorState.PAUSED):
+            return start, False
+        # An interruption's first word, ignored short of a check just before, stays part of its words.
+        ignored, self._ignored = self._ignored, None
+        if ignored is not None and start - ignored[1] <= GOES_ON_S * PIPELINE_RATE:
+            start = max(self._listener().timeline.start, min(start, ignored[0]))
+        return start, True
 
     def kept_start(self) -> int | None:
         """The earliest sample a turn that ended still needs: its words are read, or its answer may merge."""
         read = self.turns_read()
         live = [] if (turn := self._listener().turn) is None else [turn]
         starts = [turn.start for turn in read]
-        if (unanswered := self._merge.unanswered_start(live + read)) is not None:
+        if (unanswered := self.unanswered_start(live + read)) is not None:
             starts.append(unanswered)
         return min(starts, default=None)
 
     def speech_begins(self, start: int) -> None:
-        """A speech window, its run from sample ``start``, too short yet for a turn: in the grace the turn merge
-        pauses the answer, else the onset's pause does."""
-        if not self._merge.speech_begins():
-            self._onset(start)
+        """A speech window, its run from sample ``start``, too short yet for a turn: in the grace it pauses the
+        answer at once (what the user hears of it, if they go on, is that much shorter), else the onset's pause
+        may."""
+        answer = self._floor.answer
+        if answer is None or held_at_onset(answer):
+            return
+        if self._in_grace() and not answer.paused:  # not if paused for something else, which will resume it
+            self._post(Pause(answer, Hold.GRACE_ONSET, "speech began within the grace"))
+            return
+        self._onset(start)
 
     def speech_faded(self) -> None:
-        self._merge.speech_faded()
+        if held_at_onset(self._floor.answer):
+            self._post(Resume(self._floor.answer, Hold.GRACE_ONSET, "the speech in the grace made no turn"))
         self._onset_faded()
 
     def holds_floor(self, turn: UserTurn) -> bool:
@@ -144,14 +175,61 @@ class Interruptions(OwnVoice):
         """``turn``, over the agent, ended short of interrupting it."""
         self._ignored = (turn.start, turn.last_speech)
 
-    def reach_back(self, start: int) -> int:
-        """Where a turn over the agent whose speech's pre-roll reaches back to sample ``start`` begins: at the
-        turn before it, if that one was ignored and ended at most :data:`GOES_ON_S` before: an interruption's
-        first word, short of a check and ignored, stays part of its words."""
-        ignored, self._ignored = self._ignored, None
-        if ignored is None or start - ignored[1] > GOES_ON_S * PIPELINE_RATE:
-            return start
-        return max(self._listener().timeline.start, min(start, ignored[0]))
+    # The graceful way out: a user who goes on after a pause was not done, so the two parts are one turn.
+
+    def take_grace(self, answer: Answer) -> bool:
+        """Whether the user went on within ``answer``'s grace: true once, for the turn that may withdraw it."""
+        taken, self._grace_taken = self._grace_taken is answer, None
+        return taken
+
+    def _in_grace(self) -> bool:
+        """Whether speech now means the user was not done: within the grace of the answer's first audio, in a
+        session whose own voice does not come back (its echo's first speech window would pause every answer)."""
+        answer = self._floor.answer
+        return (
+            answer is not None
+            and answer.reply is not None
+            and not self.echo_comes_back
+            and answer.in_grace(self._clock(), self._settings().reply_grace_ms)
+        )
+
+    def began_in_grace(self, turn: UserTurn) -> bool:
+        """Whether ``turn``, over the answer where the agent's echo comes back, began within the grace of its
+        first audio: if it interrupts, the user was going on, not stopping the agent. Timed from the speech's
+        start, not its turn's: the echo test may hide the first speech windows. Without an echo, the turn that
+        takes the grace's pause decides."""
+        answer = self._floor.answer
+        grace_ms = self._settings().reply_grace_ms
+        if not grace_ms or not self.echo_comes_back or answer is None or answer.turn_start is None:
+            return False
+        voiced_at = answer.voiced_at
+        return voiced_at is not None and (turn.speech_began_at() - voiced_at) * 1000 <= grace_ms
+
+    def unanswered_start(self, turns: Iterable[UserTurn]) -> int | None:
+        """The start of a committed turn's audio that may yet merge with one of ``turns`` (the live turn, and
+        those still being read): one that began within the grace may withdraw the answer well past it, once
+        its words are checked over the echo."""
+        answer = self._floor.answer
+        if answer is None or not (
+            answer.heard_nothing
+            or answer.in_grace(self._clock(), self._settings().reply_grace_ms)
+            or any(self.began_in_grace(turn) for turn in turns)
+        ):
+            return None
+        return answer.turn_start
+
+    def withdraw(self, turn: UserTurn, answered_start: int) -> None:
+        """The user was not done: the answer goes, and ``turn`` reaches back to ``answered_start``."""
+        answer, reply = self._floor.answer, self._floor.reply
+        if answer is not None and answer.turn_id is not None:
+            self._emit(TurnIgnored(answer.turn_id, merged=True))  # its words are this turn's now
+        self._post(Withdraw())
+        overlap_ms = 0.0 if reply is None else reply.heard_s() * 1000.0
+        self.overlap_ms_total += overlap_ms
+        log.info("session %s: answer withdrawn, the user goes on (%.0f ms of it heard)", self._id, overlap_ms)
+        overlap = {"overlap_ms": round(overlap_ms, 1), "overlap_total_ms": round(self.overlap_ms_total, 1)}
+        self._emit(Metrics({"turn": None if reply is None else reply.turn, "withdrawn": True, **overlap}))
+        turn.extend_back(answered_start)
 
     async def close(self) -> None:
         for timer in (self._onset_timer, self._fade_timer, self._short_timer):
@@ -265,7 +343,7 @@ class Interruptions(OwnVoice):
             self._post(HandOver(answer, Hold.ONSET, Hold.TURN))  # the turn's own pause and check take it from here
         if answer is None or answer.reply is None or not self._interrupting():
             return
-        if self._merge.take_grace(answer):
+        if self.take_grace(answer):
             turn.may_withdraw = True
         if answer.paused:  # at its onset, or for this turn's speech before
             self._end_pause_if_speech_stops(answer, turn)
@@ -344,7 +422,7 @@ class Interruptions(OwnVoice):
         input that stops coming (a network stall) is no silence.
         """
         if turn.barge_check is not None or turn.may_withdraw:
-            return  # its check decides; or the graceful way out (turn_merge) does
+            return  # its check decides; or the graceful way out does
         self._look_for_silence_in(self._settings().output_lead_ms / 1000, answer, turn, turn.last_speech)
 
     def _look_for_silence_in(self, seconds: float, answer: Answer, turn: UserTurn, last_speech: int) -> None:
@@ -536,11 +614,7 @@ class Interruptions(OwnVoice):
         turn.over_agent = False
         self._announce(turn)
         answer = self._floor.answer
-        if (
-            answer is not None
-            and answer.turn_start is not None
-            and (turn.may_withdraw or self._merge.began_in_grace(turn))
-        ):
-            self._merge.withdraw(turn, answer.turn_start)
+        if answer is not None and answer.turn_start is not None and (turn.may_withdraw or self.began_in_grace(turn)):
+            self.withdraw(turn, answer.turn_start)
         else:
             self._post(Yield())

@@ -37,10 +37,8 @@ log = logging.getLogger(__name__)
 # syllables come as lone windows about 60 ms apart. Well within the output lead, so the pause of a lone
 # window ends before the client's buffer runs dry (docs/results/bargein.md).
 ONSET_HOLD_S = 2 * WINDOW_MS / 1000
-# Lone speech windows that close together keep the agent silent this long at most, without making a turn.
-ONSET_CHAIN_MAX_S = 1.0
-# Speech over the agent that starts (its pre-roll included) this soon after an ignored turn ended goes on from it.
-GOES_ON_S = 0.3
+ONSET_CHAIN_MAX_S = 1.0  # lone speech windows close together keep the agent silent this long at most
+GOES_ON_S = 0.3  # speech this soon after an ignored turn over the agent goes on from it
 
 
 def _speech_end(turn: UserTurn, speech: np.ndarray) -> int:
@@ -87,16 +85,16 @@ class Interruptions(OwnVoice):
         self._hold_look: asyncio.Task | None = None  # the same, for speech held at the onset (_look_at_hold)
         self._read: dict[UserTurn, asyncio.Task] = {}  # turns that ended, and the reading that decides them
         self._judged: dict[int, int] = {}  # turn id: the input up to which its speech was judged no interruption
-        self._onset_timer: asyncio.TimerHandle | None = None  # ends that pause with the output lead; None once run
+        self._onset_timer: asyncio.TimerHandle | None = None  # ends the onset's pause with the output lead
         self._fade_timer: asyncio.TimerHandle | None = None  # ends it ONSET_HOLD_S after its speech faded
-        self._onset_began = 0.0  # when that pause began, on the session's clock
+        self._onset_began = 0.0
         self._onset_start = 0  # the sample its speech began at
-        self._short_timer: asyncio.TimerHandle | None = None  # ends a pause for speech that stops short of a check
+        self._short_timer: asyncio.TimerHandle | None = None  # ends a pause for speech short of a check
         self._onset_spent = False  # this run of speech paused the agent once already
         self._onset_over_echo = False  # that pause may be for the agent's echo: the echo test ends it
         self._word_held: int | None = None  # the turn whose one word keeps the agent paused (is_lone_word)
         self._stop_read: int | None = None  # the turn over the echo that a reading found a stop word in
-        self._ignored: tuple[int, int] | None = None  # the last turn over the agent ignored: its start, last speech
+        self._ignored: tuple[int, int] | None = None  # the last turn over the agent ignored: start, last speech
 
     def _post(self, event: FloorEvent) -> None:
         self._floor.transition(event)
@@ -242,14 +240,9 @@ class Interruptions(OwnVoice):
         await asyncio.gather(*tasks, return_exceptions=True)
 
     def _onset(self, start: int) -> None:
-        """A speech window over the agent, its run from sample ``start``, too short yet for a turn: the agent
-        falls silent at once.
-
-        The pause its turn would bring at ``barge_in_min_speech_ms`` comes that much sooner, and so does the
-        stop of an interruption. Speech that fades before it makes a turn (a click, a breath) resumes the answer
-        within the client's output lead unless more speech comes first, so the user hears no gap; where the
-        agent's echo may be in it, the pause also ends with the output lead unless the echo test finds speech.
-        """
+        """A speech window over the agent, its run from sample ``start``: the agent falls silent at once, and
+        goes on within the output lead if the speech fades before it makes a turn (a click, a breath); where the
+        agent's echo may be in it, also unless the echo test finds speech."""
         answer = self._floor.answer
         if self._fade_timer is not None and answer is not None and answer.held_by(Hold.ONSET):
             # More speech before the faded one's pause ended: the agent stays silent for it.
@@ -413,14 +406,9 @@ class Interruptions(OwnVoice):
                 self._end_pause_if_speech_stops(answer, turn)
 
     def _end_pause_if_speech_stops(self, answer: Answer, turn: UserTurn) -> None:
-        """Resume ``answer``, paused for ``turn`` before any check of its words, if no speech window comes within
-        the output lead the client still plays: the user hears no gap.
-
-        Speech that stops short of ``barge_in_check_ms`` interrupts no one, and its turn is ignored when it
-        ends: held until then, the agent would fall silent for a blip of its own echo. A user who goes on pauses
-        it again at their next speech window. The silence is counted in the input that came, not on the clock:
-        input that stops coming (a network stall) is no silence.
-        """
+        """Resume ``answer``, paused for ``turn`` before any check, if no speech comes within the output lead:
+        speech short of ``barge_in_check_ms`` interrupts no one. The silence is counted in the input that came,
+        not on the clock: a network stall is no silence."""
         if turn.barge_check is not None or turn.may_withdraw:
             return  # its check decides; or the graceful way out does
         self._look_for_silence_in(self._settings().output_lead_ms / 1000, answer, turn, turn.last_speech)
@@ -569,15 +557,11 @@ class Interruptions(OwnVoice):
         verdict, text = judgement.verdict, judgement.text
         if judgement.stop_read:
             self._stop_read = turn.id
-        if verdict is Verdict.OWN_VOICE:
-            log.log(logs.words_level(), "session %s: the agent's own voice: %r", self._id, text)
-            self.echo_heard = True
+        if verdict in (Verdict.OWN_VOICE, Verdict.ACKNOWLEDGEMENT):
+            log.log(logs.words_level(), "session %s: not an interruption (%s): %r", self._id, verdict.value, text)
+            self.echo_heard = self.echo_heard or verdict is Verdict.OWN_VOICE
             self._judged = {turn.id: heard_until}
-            self._post(Resume(answer, USER_HOLDS, "its own voice"))
-        elif verdict is Verdict.ACKNOWLEDGEMENT:
-            log.log(logs.words_level(), "session %s: not an interruption: %r", self._id, text)
-            self._judged = {turn.id: heard_until}
-            self._post(Resume(answer, USER_HOLDS, "a backchannel"))
+            self._post(Resume(answer, USER_HOLDS, verdict.value))
         elif verdict is Verdict.LONE_WORD:
             log.log(
                 logs.words_level(), "session %s: one word over the echo, not yet an interruption: %r", self._id, text

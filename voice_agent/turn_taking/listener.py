@@ -1,11 +1,10 @@
 """The user's side of a session: audio in, user turns out.
 
-The listener resamples the client's audio to 16 kHz, keeps it on the
-:class:`~.timeline.AudioTimeline`, runs the VAD on it as it arrives (a window
-costs about 0.2 ms, so inline), and follows the current :class:`~.user_turn.UserTurn`:
-partial transcripts while the user speaks, the speculative final transcript
-when a pause begins, and the end-of-turn decision. Who has the floor it asks
-:class:`OverAgent`; the turns go to the session, :class:`TurnTaker`.
+It resamples the input, cancels its echo, keeps it on the timeline, runs the
+VAD inline (about 0.2 ms a window) and follows the current user turn: partial
+transcripts, the speculative final one when a pause begins, and the end of the
+turn. Who has the floor it asks :class:`OverAgent`; the turns go to the
+session, :class:`TurnTaker`.
 """
 
 from __future__ import annotations
@@ -41,38 +40,29 @@ log = logging.getLogger(__name__)
 # the barge-in check fits the echo path on.
 IDLE_KEEP_SAMPLES = max(PREROLL_SAMPLES, ECHO_INPUT_SAMPLES, int(ECHO_FIT_S * PIPELINE_RATE))
 VAD_HYSTERESIS = 0.15
-# Silero scores the first window of resumed speech 0.07 to 0.66 (a 32 ms window
-# that is partly silence) and the silence of a pause under 0.05
-# (voice_agent/bench/turns/endpoint_turns): a turn is not committed on a window above this, in
-# case the user is going on. Steady noise scores above it too, so at most
-# RESUMING_WINDOWS a pause hold the commit back (96 ms).
+# Silero scores resumed speech's first window 0.07 to 0.66, a pause's silence under 0.05: no commit on a window
+# above this, in case the user goes on; steady noise scores above it too, so at most RESUMING_WINDOWS hold it.
 RESUMING_PROBABILITY = 0.1
 RESUMING_WINDOWS = 3
 MIN_COMMIT_SAMPLES = PIPELINE_RATE // 10  # a client commit needs 100 ms of audio, as the Realtime API's does
 
 
 def input_resampler(rate: int) -> StreamResampler:
-    """Resamples a client's input at ``rate`` to the pipeline's rate, as it comes.
-
-    Upsampling (a phone line's 8 kHz) takes cubic interpolation, which has no look-ahead and gives each
-    frame's samples at once: soxr's medium filter hands its output back in blocks of about 100 ms, so speech
-    would reach the VAD that late. Downsampling keeps the medium filter: without it the band above 8 kHz
-    folds into the speech, and from 24 or 48 kHz its blocks are a frame or so.
-    """
+    """Resamples a client's input at ``rate`` to the pipeline's rate, as it comes: upsampling by cubic
+    interpolation, which has no look-ahead (soxr's medium filter would delay speech by 100 ms); downsampling by
+    the medium filter, which keeps the band above 8 kHz out of the speech."""
     return StreamResampler(rate, PIPELINE_RATE, "QQ" if rate < PIPELINE_RATE else "MQ")
 
 
 class TurnTaker(Protocol):
     """What the listener tells the session."""
 
-    def user_partial(self, turn: UserTurn, transcript: str) -> None:
-        """A partial transcript of ``turn`` while the user speaks."""
+    def user_partial(self, turn: UserTurn, transcript: str) -> None: ...
 
     def user_pauses(self, turn: UserTurn, transcript: str, stt_ms: float) -> None:
         """``turn``'s speculative final transcript is in, and the user is still silent."""
 
-    def commit(self, turn: UserTurn) -> None:
-        """``turn`` is over."""
+    def commit(self, turn: UserTurn) -> None: ...
 
 
 class OverAgent(Protocol):
@@ -81,21 +71,18 @@ class OverAgent(Protocol):
     def begin_turn(self, start: int) -> tuple[int, bool]:
         """Speech makes a turn from sample ``start``: where it really starts, and whether it is over the agent."""
 
-    def user_speaks(self, turn: UserTurn) -> None:
-        """Another speech window of ``turn``."""
+    def user_speaks(self, turn: UserTurn) -> None: ...
 
     def speech_begins(self, start: int) -> None:
         """A speech window, its run from sample ``start``, before there is speech enough for a turn."""
 
-    def speech_faded(self) -> None:
-        """The speech since :meth:`speech_begins` ended too short to make a turn."""
+    def speech_faded(self) -> None: ...
 
     def holds_floor(self, turn: UserTurn) -> bool:
-        """Whether ``turn`` is speech over the agent's answer that has not taken the floor from it."""
+        """Whether ``turn`` is speech over the agent that has not taken the floor from it."""
 
     def kept_start(self) -> int | None:
-        """The earliest sample that a turn which ended still needs: one whose answer may yet merge with the next
-        turn, or one whose words are still being read."""
+        """The earliest sample that a turn which ended still needs."""
 
     def hears_own_voice(self, start: int, end: int) -> bool:
         """Whether the input up to sample ``end`` is the agent's own output coming back; the speech that it
@@ -128,8 +115,7 @@ class Listener:
         self._turn_taker, self._over_agent = turn_taker, over_agent
         self._id, self._clock = session_id, clock
         self._detector = turn_detector(settings)
-        # The last committed turn (start, last speech, ended on a finished sentence): if the user
-        # goes on and the two merge, that pause is one of theirs (PauseHabit).
+        # The last committed turn (start, last speech, ended on a finished sentence): if it merges, a pause learnt.
         self._last_commit: tuple[int, int, bool] | None = None
         self._gap_since_commit = 0
         self._analysed = 0  # samples the VAD has seen
@@ -137,9 +123,7 @@ class Listener:
         self._speech_run_ms = 0.0
         self._partial_task: asyncio.Task | None = None
         self._preroll = PREROLL_SAMPLES
-        # Manual turns (the Realtime protocol's turn_detection null): no VAD; the
-        # client commits the audio since the last commit or clear.
-        self.manual = False
+        self.manual = False  # turn_detection null: no VAD; the client commits the audio since the last commit
         self._buffer_start = 0
 
     def configure(self, settings: Settings, preroll_samples: int, manual: bool) -> None:
@@ -179,8 +163,7 @@ class Listener:
         self.echo_canceller = input_canceller(self.settings, True, self.noise_suppression, self._clock)
 
     def suppress_noise(self, on: bool) -> None:
-        """This session's own noise suppression, echo cancellation as before. A new canceller converges on
-        the echo path again over the first seconds of output: clients choose it as they start."""
+        """This session's own noise suppression; a new canceller converges on the echo path again."""
         if on != self.noise_suppression:
             self.noise_suppression = on
             self.echo_canceller = input_canceller(self.settings, self._client_cancels_echo, on, self._clock)
@@ -260,13 +243,8 @@ class Listener:
         return end - int(self._speech_run_ms * PIPELINE_RATE / 1000)
 
     def _on_news(self, turn: UserTurn) -> None:
-        """``turn``'s speculative transcript or an end-of-turn signal came in between two VAD windows.
-
-        The check runs again at once, on the audio analysed so far, so that
-        the held answer starts, and the turn commits, without waiting up to a
-        window (32 ms) for the next one. The silence it reads is the one the
-        last window measured: no turn ends sooner than the policy says.
-        """
+        """``turn``'s speculative transcript or a signal came in between two VAD windows: check again now, on
+        the silence the last window measured, not up to 32 ms later."""
         if self.turn is not turn or self._probability >= RESUMING_PROBABILITY:
             return  # over, or the last window may be the user going on: the next one decides
         self._check_end_of_turn(turn, self._analysed, self._probability)
@@ -302,8 +280,7 @@ class Listener:
             self._turn_taker.commit(turn)
             return
         turn.speculate()
-        # Until the transcript of all the speech is in, assume the user goes on: a
-        # partial may predate the last words ("We arrive." for "We arrive on").
+        # Until the transcript of all the speech is in, assume the user goes on: a partial may predate the last words.
         signals = TurnSignals(None)
         if (speculative := turn.speculative_transcript()) is not None:
             text, stt_ms = speculative

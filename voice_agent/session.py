@@ -34,7 +34,6 @@ from .protocols.events import (
     OutputEvent,
     ProtocolError,
     SessionStarted,
-    SpeechStarted,
     StreamStopped,
     TextReceived,
     Transcript,
@@ -42,20 +41,10 @@ from .protocols.events import (
     UserText,
 )
 from .reply.pipeline import Reply
-from .turn_taking.answer import USER_HOLDS, Answer
+from .turn_taking.answer import Answer
 from .turn_taking.barge_in import BargeInPolicy
 from .turn_taking.client_control import CLIENT_CONTROL_EVENTS, ClientControl
-from .turn_taking.floor import (
-    Announced,
-    Close,
-    Drop,
-    Finish,
-    Floor,
-    Play,
-    Prepare,
-    Resume,
-    Yield,
-)
+from .turn_taking.floor import Close, Drop, Finish, Floor, Play, Prepare, Yield
 from .turn_taking.interruptions import Interruptions
 from .turn_taking.listener import Listener
 from .turn_taking.turn import has_words
@@ -101,7 +90,6 @@ class Session:
             lambda: self.control.turn_detection.interrupt_response,
             lambda: self.sample_rate,
             self.commit,
-            self.announce,
             self.emit,
             clock,
             session_id,
@@ -222,14 +210,6 @@ class Session:
             self.agent.user_turn(text)
         self._speak(self.replies.new(turn_id, text, self.engines.llm, self.conversation.messages_for(text), metrics))
 
-    # Turn taking.
-
-    def announce(self, turn: UserTurn) -> None:
-        """Tell the client a user turn began; over the agent, only once it interrupts."""
-        if turn.announce():
-            self.emit(SpeechStarted(turn.id, turn.start * 1000 // PIPELINE_RATE))
-        self.floor.transition(Announced())
-
     def _cut_off(self, reply: Reply) -> None:
         """The user took the floor from ``reply``: what they heard of it goes to the history."""
         if reply.started_audio:
@@ -241,24 +221,10 @@ class Session:
 
     def commit(self, turn: UserTurn) -> None:
         self.listener.committed(turn)
-        if self.reply is not None:  # SPEAKING
-            if turn.barge_check is not None and not turn.barge_check.done():
-                self.interruptions.reading(turn, turn.barge_check)
-                return  # the pending barge-in check decides, and commits the turn if it interrupts
-            if self.interruptions.holds_word(turn):
-                self.interruptions.check_whole(turn)  # which commits it if it interrupts
-                return
-            # Speech over the agent that never reached barge-in: a backchannel or noise.
-            log.debug("session %s: ignoring %.0f ms of speech over the agent", self.id, turn.speech_ms)
-            self.interruptions.ignored(turn)
-            turn.drop_prepared()
-            self.floor.transition(
-                Resume(self.floor.answer, USER_HOLDS, "the speech over it ended without an interruption")
-            )
-            if turn.barge_check is None:
-                self.interruptions.check_short(turn)  # which commits it if it interrupts
+        if self.reply is not None:  # over the agent: what it reads commits the turn if it interrupts
+            self.interruptions.turn_ends(turn)
             return
-        self.announce(turn)
+        self.interruptions.announce(turn)
         self.emit(TurnCommitted(turn.id, turn.last_speech * 1000 // PIPELINE_RATE))
         metrics = turn.metrics or TurnMetrics(turn.id)
         turn.record_commit(metrics, self.clock())

@@ -23,10 +23,10 @@ from ..config import Settings
 from ..engines.interfaces import Reading, VADBackend
 from ..engines.stt_queue import SessionSTT
 from ..engines.vad import WINDOW, WINDOW_MS
-from ..protocols.events import Metrics, OutputEvent, TurnIgnored
+from ..protocols.events import Metrics, OutputEvent, SpeechStarted, TurnIgnored
 from .answer import USER_HOLDS, Answer, Hold
 from .barge_in import BargeIn, BargeInPolicy, Hearing, Judgement, Verdict, judge
-from .floor import Floor, FloorEvent, FloorState, HandOver, Pause, Resume, Withdraw, Yield
+from .floor import Announced, Floor, FloorEvent, FloorState, HandOver, Pause, Resume, Withdraw, Yield
 from .listener import Listener
 from .own_voice import MIN_SPEECH_WINDOWS, OwnVoice
 from .user_turn import SPEECH_TAIL_SAMPLES, UserTurn
@@ -70,7 +70,6 @@ class Interruptions(OwnVoice):
         interrupting: Callable[[], bool],
         sample_rate: Callable[[], int],
         commit: Callable[[UserTurn], None],
-        announce: Callable[[UserTurn], None],
         emit: Callable[[OutputEvent], None],
         clock: Callable[[], float],
         session_id: str = "",
@@ -80,7 +79,7 @@ class Interruptions(OwnVoice):
         self.overlap_ms_total = 0.0  # agent voice heard by a user who was not done, over the session
         self._grace_taken: Answer | None = None  # the user went on within its grace: their turn may withdraw it
         self._interrupting = interrupting  # the client lets speech interrupt the agent
-        self._commit, self._announce = commit, announce
+        self._commit = commit
         self._look: asyncio.Task | None = None  # is speech left once the echo is out? (the pause waits for it)
         self._hold_look: asyncio.Task | None = None  # the same, for speech held at the onset (_look_at_hold)
         self._read: dict[UserTurn, asyncio.Task] = {}  # turns that ended, and the reading that decides them
@@ -166,12 +165,8 @@ class Interruptions(OwnVoice):
         """Another speech window of ``turn``: the client hears of a turn not over the agent at once; over the
         agent, it is interrupted for real speech, not for "mm-hm" or a cough."""
         if not turn.over_agent:
-            self._announce(turn)
+            self.announce(turn)
         self._speaks_over(turn)
-
-    def ignored(self, turn: UserTurn) -> None:
-        """``turn``, over the agent, ended short of interrupting it."""
-        self._ignored = (turn.start, turn.last_speech)
 
     # The graceful way out: a user who goes on after a pause was not done, so the two parts are one turn.
 
@@ -442,6 +437,28 @@ class Interruptions(OwnVoice):
             return int(speech.sum())
         return int(speech[max(0, (judged - turn.start) // WINDOW) :].sum())
 
+    def turn_ends(self, turn: UserTurn) -> None:
+        """``turn`` over the agent ended: a pending check decides it, or its one word read whole does; speech
+        that never reached barge-in is a backchannel or noise, unless a stop word is in it. Each commits the turn
+        if it interrupts."""
+        if turn.barge_check is not None and not turn.barge_check.done():
+            self.reading(turn, turn.barge_check)
+        elif self.holds_word(turn):
+            self.check_whole(turn)
+        else:
+            log.debug("session %s: ignoring %.0f ms of speech over the agent", self._id, turn.speech_ms)
+            self._ignored = (turn.start, turn.last_speech)
+            turn.drop_prepared()
+            self._post(Resume(self._floor.answer, USER_HOLDS, "the speech over it ended without an interruption"))
+            if turn.barge_check is None:
+                self.check_short(turn)
+
+    def announce(self, turn: UserTurn) -> None:
+        """Tell the client a user turn began; over the agent, only once it interrupts."""
+        if turn.announce():
+            self._emit(SpeechStarted(turn.id, turn.start * 1000 // PIPELINE_RATE))
+        self._post(Announced())
+
     def holds_word(self, turn: UserTurn) -> bool:
         """Whether ``turn``'s one word keeps the agent paused, waiting for more speech."""
         return self._word_held == turn.id
@@ -596,7 +613,7 @@ class Interruptions(OwnVoice):
         log.info("session %s: barge-in after %.0f ms of speech", self._id, turn.speech_ms)
         log.log(logs.words_level(), "session %s: the words that interrupted: %r", self._id, text)
         turn.over_agent = False
-        self._announce(turn)
+        self.announce(turn)
         answer = self._floor.answer
         if answer is not None and answer.turn_start is not None and (turn.may_withdraw or self.began_in_grace(turn)):
             self.withdraw(turn, answer.turn_start)

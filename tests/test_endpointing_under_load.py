@@ -96,7 +96,7 @@ async def conversation(stt_delay_s: float) -> list[tuple[int, int, int, str | No
     floor = SignallingFloor(LateLLM(clock))
     settings = Settings(turn_decision="rules", end_silence_telling_ms=2000, end_silence_incomplete_ms=2000)
     stt = STTQueue(lambda: LateSTT(clock, stt_delay_s), rate=0.0).session()
-    made = Listener(settings, EnergyVAD(), lambda: stt, lambda event: None, floor)
+    made = Listener(settings, EnergyVAD(), lambda: stt, lambda event: None, floor, floor)
     floor.listener = clock.listener = made
     # The first words, a pause of 1.2 s that the LLM says they go on from, the rest, and the silence after it.
     audio = np.concatenate([quiet(0.5), tone(1.2), quiet(1.2), tone(1.4), quiet(3.0)])

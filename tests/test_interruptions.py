@@ -106,7 +106,7 @@ async def test_words_the_agent_is_held_for_over_the_echo_wait_for_the_turns_end(
     speech = np.ones(16, bool)
     monkeypatch.setattr(interruptions, "_speech_without_echo", lambda *echo: (silence + 0.1, speech))
     h.stt.text = reading
-    h.session.floor.transition(Pause(h.session.answer, Hold.TURN, "test"))
+    h.session.floor.transition(Pause(h.session.floor.answer, Hold.TURN, "test"))
     await interruptions._check(turn, silence, echo)
     assert reply.paused and interruptions.holds_word(turn)
     await interruptions._check(turn, silence, echo)  # the same speech, none since
@@ -132,7 +132,7 @@ async def test_a_turn_the_check_found_only_echo_in_pauses_the_agent_only_for_spe
     h.session.listener.turn = turn
     checked = np.zeros(16 * WINDOW, np.float32)
     monkeypatch.setattr(interruptions, "_speech_without_echo", lambda *echo: (None, np.zeros(16, bool)))
-    h.session.floor.transition(Pause(h.session.answer, Hold.TURN, "test"))
+    h.session.floor.transition(Pause(h.session.floor.answer, Hold.TURN, "test"))
     await interruptions._check(turn, checked, (checked, checked, 0, len(checked)))
     assert not reply.paused
     # The turn goes on: the residue's windows before the check's end, and new ones past it.
@@ -141,7 +141,7 @@ async def test_a_turn_the_check_found_only_echo_in_pauses_the_agent_only_for_spe
     speech[16 : 16 + new_windows] = True
     grown = np.zeros(24 * WINDOW, np.float32)
     monkeypatch.setattr(interruptions, "_speech_without_echo", lambda *echo: (grown + 0.1, speech))
-    await interruptions._act_on_speech(h.session.answer, turn, (grown, grown, 0, len(grown)), BargeIn.PAUSE)
+    await interruptions._act_on_speech(h.session.floor.answer, turn, (grown, grown, 0, len(grown)), BargeIn.PAUSE)
     assert reply.paused is pauses
     await h.session.close()
 
@@ -165,7 +165,7 @@ async def test_an_onset_over_the_echo_stays_paused_through_a_first_look_without_
     assert reply.paused
     silence = np.zeros(16 * WINDOW, np.float32)
     monkeypatch.setattr(interruptions, "_speech_without_echo", lambda *echo: (None, np.zeros(16, bool)))
-    await interruptions._act_on_speech(h.session.answer, turn, (silence, silence, 0, len(silence)), BargeIn.PAUSE)
+    await interruptions._act_on_speech(h.session.floor.answer, turn, (silence, silence, 0, len(silence)), BargeIn.PAUSE)
     assert reply.paused
     await asyncio.sleep(h.settings.output_lead_ms / 1000 + 0.05)
     assert not reply.paused  # no speech came: the pause ends with the output lead the client still played
@@ -188,7 +188,7 @@ async def test_an_onsets_pause_that_runs_out_during_a_look_with_the_echo_out_wai
 
     monkeypatch.setattr(interruptions, "_speech_without_echo", slow_look)
     interruptions._look = asyncio.create_task(
-        interruptions._act_on_speech(h.session.answer, turn, (audio, audio, 0, len(audio)), BargeIn.PAUSE)
+        interruptions._act_on_speech(h.session.floor.answer, turn, (audio, audio, 0, len(audio)), BargeIn.PAUSE)
     )
     await asyncio.sleep(lead_s + 0.02)
     assert reply.paused  # its timer ran out; the look decides

@@ -89,7 +89,7 @@ def listener(floor: Floor, stt=WordsSTT, **settings) -> tuple[Listener, list]:
         turn_decision="rules",  # the listener's mechanics, at silences set here
     )
     session_stt = STTQueue(stt).session()
-    made = Listener(Settings(**{**defaults, **settings}), EnergyVAD(), lambda: session_stt, events.append, floor)
+    made = Listener(Settings(**{**defaults, **settings}), EnergyVAD(), lambda: session_stt, events.append, floor, floor)
     floor.listener = made
     return made, events
 

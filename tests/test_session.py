@@ -30,8 +30,8 @@ from voice_agent.protocols.events import (
 )
 from voice_agent.session import Session
 from voice_agent.turn_taking.floor import FloorState
+from voice_agent.turn_taking.interruptions import held_at_onset
 from voice_agent.turn_taking.listener import PREROLL_SAMPLES
-from voice_agent.turn_taking.turn_merge import held_at_onset
 
 RATE = 16000
 
@@ -920,7 +920,7 @@ async def test_a_turn_that_took_the_grace_leaves_no_onset_pause_for_a_later_one(
     await h.feed(quiet(0.3))
     await h.until(lambda: h.session.listener.turn is None and calls[-1:] == ["resume"])
     # A later turn, past the grace, must not be taken for the user going on (and withdraw the answer).
-    assert not held_at_onset(h.session.answer)
+    assert not held_at_onset(h.session.floor.answer)
     await h.session.close()
 
 

@@ -13,6 +13,7 @@ from collections.abc import Callable, Coroutine, Sequence
 from typing import TYPE_CHECKING, Any
 
 from .agent.conversation import Conversation
+from .agent.idle_wait import IdleWait
 from .agent.reply_factory import ReplyFactory, TurnMetrics
 from .audio import PIPELINE_RATE
 from .config import Settings
@@ -23,7 +24,6 @@ from .engines.llm.tokens import token_counter
 from .engines.loader import Engines
 from .log import log_exception
 from .protocols.events import (
-    TURN_DETECTED,
     AudioReceived,
     Error,
     FunctionCall,
@@ -34,7 +34,6 @@ from .protocols.events import (
     OutputEvent,
     ProtocolError,
     SessionStarted,
-    SpeechStarted,
     StreamStopped,
     TextReceived,
     Transcript,
@@ -42,24 +41,13 @@ from .protocols.events import (
     UserText,
 )
 from .reply.pipeline import Reply
-from .turn_taking.answer import USER_HOLDS, Answer
+from .turn_taking.answer import Answer
 from .turn_taking.barge_in import BargeInPolicy
 from .turn_taking.client_control import CLIENT_CONTROL_EVENTS, ClientControl
-from .turn_taking.floor import (
-    Announced,
-    Close,
-    Drop,
-    Finish,
-    Floor,
-    Play,
-    Prepare,
-    Resume,
-    Yield,
-)
+from .turn_taking.floor import Close, Drop, Finish, Floor, Play, Prepare, Yield
 from .turn_taking.interruptions import Interruptions
 from .turn_taking.listener import Listener
 from .turn_taking.turn import has_words
-from .turn_taking.turn_merge import TurnMerge
 from .turn_taking.turn_signals import PauseSignals
 from .turn_taking.user_turn import UserTurn
 
@@ -85,24 +73,29 @@ class Session:
         agent: AgentSession | None = None,
     ):
         self.engines = engines
-        self.settings = settings  # the server's, as this session's client changed them (ClientControl)
         self.id = session_id
         self.agent = agent  # None: the plain assistant, and none of the agent's work on any path
         self.clock = clock
-        self.interruptions = Interruptions(self, BargeInPolicy.from_settings(settings))
-        self.emit = self.interruptions.watching_output(
-            self._cancelling_echo(emit if agent is None else agent.recorded(emit))
-        )
+        self.idle = IdleWait(lambda: self.control.turn_detection.idle_timeout_ms, lambda: self.control.idle())
+        self._send = emit if agent is None else agent.recorded(emit)
         self.floor = Floor(self.emit, self._cut_off)
         self.stt = engines.stt_queue.session(session_id)  # this session's Whisper calls, in turn with the others'
-        self.listener = Listener(settings, engines.vad.stream(), lambda: self.stt, self.emit, self, session_id, clock)
-        self.merge = TurnMerge(
+        self.interruptions = Interruptions(
             self.floor,
+            lambda: self.listener,
+            self.stt,
+            engines.vad,
+            BargeInPolicy.from_settings(settings),
+            lambda: self.settings,
+            lambda: self.control.turn_detection.interrupt_response,
+            lambda: self.sample_rate,
+            self.commit,
             self.emit,
             clock,
-            lambda: self.settings.reply_grace_ms,
-            lambda: self.interruptions.echo_comes_back,
             session_id,
+        )
+        self.listener = Listener(
+            settings, engines.vad.stream(), lambda: self.stt, self.emit, self, self.interruptions, session_id, clock
         )
         self.conversation = Conversation.from_settings(
             settings, lambda messages: self.engines.llm.prefill(messages), session_id, token_counter(engines.llm)
@@ -112,7 +105,7 @@ class Session:
         self.replies = ReplyFactory(
             engines, lambda: self.settings, lambda: self.sample_rate, self.emit, agent, session_id, clock
         )
-        self.control = ClientControl(
+        self.control: ClientControl = ClientControl(
             settings,
             engines,
             self.listener,
@@ -126,34 +119,30 @@ class Session:
             self.commit,
             self.start_answer,
             self.play,
-            self._use_settings,
             session_id,
             clock,
         )
         self._input_seen = False
         self.closed = False
 
-    def _cancelling_echo(self, send: Callable[[OutputEvent], None]) -> Callable[[OutputEvent], None]:
-        """``send``, with what the client plays and drops given to the input's echo canceller first."""
+    def emit(self, event: OutputEvent) -> None:
+        """Send ``event``, seen first by the agent's own-voice hearing and the input's echo canceller (what the
+        client plays and drops), and by the idle wait."""
+        self.interruptions.see(event)
+        if self.listener.echo_canceller is not None:
+            self.listener.echo_canceller.output(event, self.sample_rate)
+        self.idle.see(event)
+        self._send(event)
 
-        def send_noted(event: OutputEvent) -> None:
-            if self.listener.echo_canceller is not None:
-                self.listener.echo_canceller.output(event, self.sample_rate)
-            send(event)
-
-        return send_noted
-
-    def _use_settings(self, settings: Settings) -> None:
-        self.settings = settings
+    @property
+    def settings(self) -> Settings:
+        """The server's, as this session's client changed them (ClientControl): the listener's."""
+        return self.listener.settings
 
     @property
     def answering(self) -> bool:
         """An answer (or fixed words) is being prepared or spoken: a graceful shutdown waits for it."""
         return self.floor.answer is not None
-
-    @property
-    def answer(self) -> Answer | None:
-        return self.floor.answer
 
     @property
     def reply(self) -> Reply | None:
@@ -213,68 +202,13 @@ class Session:
         self.start_answer(lambda answer: self.play(answer, reply, asyncio.create_task(reply.run())))
 
     def _on_text(self, text: str) -> None:
-        self.interrupt()
+        self.floor.transition(Yield())
         turn_id = next(self.listener.turn_ids)
         metrics = TurnMetrics(turn_id, speech_end=self.clock())
         self.emit(Transcript("user", text, final=True))
         if self.agent is not None:
             self.agent.user_turn(text)
         self._speak(self.replies.new(turn_id, text, self.engines.llm, self.conversation.messages_for(text), metrics))
-
-    # Turn taking: what the listener asks.
-
-    def begin_turn(self, start: int) -> tuple[int, bool]:
-        start, over_agent = self.merge.begin_turn(start)
-        return (self.interruptions.reach_back(start) if over_agent else start), over_agent
-
-    def kept_start(self) -> int | None:
-        read = self.interruptions.turns_read()
-        live = [] if self.listener.turn is None else [self.listener.turn]
-        starts = [turn.start for turn in read]
-        if (unanswered := self.merge.unanswered_start(live + read)) is not None:
-            starts.append(unanswered)
-        return min(starts, default=None)
-
-    def speech_begins(self, start: int) -> None:
-        self.control.user_speaks()
-        if not self.merge.speech_begins():
-            self.interruptions.speech_begins(start)
-
-    def speech_faded(self) -> None:
-        self.merge.speech_faded()
-        self.interruptions.speech_faded()
-
-    def hears_own_voice(self, start: int, end: int) -> bool:
-        return self.interruptions.hears_own_voice(start, end)
-
-    def holds_floor(self, turn: UserTurn) -> bool:
-        """Whether ``turn``, over the agent, ends on a short silence, whatever its words: it has not taken the floor.
-
-        A turn that may withdraw the answer (the user going on in the grace) waits for the end of the user's
-        sentence, unless its speech stopped short of a barge-in check where the agent's echo may be in it: a
-        blip of echo must not hold the agent silent until a sentence's end."""
-        if not turn.over_agent or self.reply is None:
-            return False
-        if not turn.may_withdraw:
-            return True
-        return turn.speech_ms < self.settings.barge_in_check_ms and self.interruptions.may_hold_echo(turn)
-
-    def user_speaks(self, turn: UserTurn) -> None:
-        """Interrupt the agent for real speech, not for "mm-hm" or a cough (:mod:`.interruptions`)."""
-        if not turn.over_agent:
-            self.announce(turn)
-        self.interruptions.user_speaks(turn)
-
-    def announce(self, turn: UserTurn) -> None:
-        """Tell the client a user turn began; over the agent, only once it interrupts."""
-        if turn.announce():
-            self.emit(SpeechStarted(turn.id, turn.start * 1000 // PIPELINE_RATE))
-        self.floor.transition(Announced())
-
-    def interrupt(self, reason: str = TURN_DETECTED) -> None:
-        """Stop the agent now: every stage, the client's buffer, and the history. ``reason`` is told with the
-        answer's end: a new user turn (``TURN_DETECTED``: speech, typed text) or the client's ``CLIENT_CANCELLED``."""
-        self.floor.transition(Yield(reason))
 
     def _cut_off(self, reply: Reply) -> None:
         """The user took the floor from ``reply``: what they heard of it goes to the history."""
@@ -287,22 +221,10 @@ class Session:
 
     def commit(self, turn: UserTurn) -> None:
         self.listener.committed(turn)
-        if self.reply is not None:  # SPEAKING
-            if turn.barge_check is not None and not turn.barge_check.done():
-                self.interruptions.reading(turn, turn.barge_check)
-                return  # the pending barge-in check decides, and commits the turn if it interrupts
-            if self.interruptions.holds_word(turn):
-                self.interruptions.check_whole(turn)  # which commits it if it interrupts
-                return
-            # Speech over the agent that never reached barge-in: a backchannel or noise.
-            log.debug("session %s: ignoring %.0f ms of speech over the agent", self.id, turn.speech_ms)
-            self.interruptions.ignored(turn)
-            turn.drop_prepared()
-            self.floor.transition(Resume(self.answer, USER_HOLDS, "the speech over it ended without an interruption"))
-            if turn.barge_check is None:
-                self.interruptions.check_short(turn)  # which commits it if it interrupts
+        if self.reply is not None:  # over the agent: what it reads commits the turn if it interrupts
+            self.interruptions.turn_ends(turn)
             return
-        self.announce(turn)
+        self.interruptions.announce(turn)
         self.emit(TurnCommitted(turn.id, turn.last_speech * 1000 // PIPELINE_RATE))
         metrics = turn.metrics or TurnMetrics(turn.id)
         turn.record_commit(metrics, self.clock())
@@ -319,52 +241,44 @@ class Session:
 
     async def _respond(self, answer: Answer, turn: UserTurn, metrics: TurnMetrics) -> None:
         try:
-            await self._answer_turn(answer, turn, metrics)
-        finally:
-            # An answer prepared in a pause of the turn and not played waits, held, for a play that never
-            # comes: cancelled here, not left to the garbage collector, which would close it from whatever
-            # thread it runs in. One that played is done by now, and cancelling it does nothing.
+            try:
+                text = await turn.final_transcript(metrics)
+            except Exception:
+                log_exception(log, "session %s: transcription failed", self.id)
+                self.emit(Error("stt_failed", "transcription failed on the server"))
+                self.say(APOLOGY)  # in place of this answer
+                return
+            heard = await self.interruptions.words_without_echo(turn, text)
+            if heard != text:
+                turn.drop_prepared()  # it answers the words with the echo in them
+                text = heard
+            if self.interruptions.not_for_agent(turn, text):
+                self.floor.transition(Drop(answer))
+                return
+            self.emit(Transcript("user", text, final=True))
+            if self.agent is not None:
+                self.agent.user_turn(text, (turn.speech_start / PIPELINE_RATE, turn.last_speech / PIPELINE_RATE))
+            if not self.control.turn_detection.create_response:
+                self.floor.transition(Drop(answer))
+                self.control.items.add_text(text)  # answered when the client asks for a response
+                return
+            if typed := self.control.take_ready_input():  # text the client added since the last answer comes first
+                text = f"{typed} {text}"
+                turn.drop_prepared()
+            if (prepared := turn.prepared()) is not None:
+                reply, running = prepared
+                metrics.preemptive = True
+            else:
+                turn.drop_prepared()  # now, not after: its LLM instance answers this one
+                reply = self.replies.new(turn.id, text, self.engines.llm, self.conversation.messages_for(text), metrics)
+                running = asyncio.create_task(reply.run())
+            await self.play(answer, reply, running)
+        finally:  # a prepared answer never played is cancelled here, not closed by the GC from another thread
             turn.drop_prepared()
-
-    async def _answer_turn(self, answer: Answer, turn: UserTurn, metrics: TurnMetrics) -> None:
-        try:
-            text = await turn.final_transcript(metrics)
-        except Exception:
-            log_exception(log, "session %s: transcription failed", self.id)
-            self.emit(Error("stt_failed", "transcription failed on the server"))
-            self.say(APOLOGY)  # in place of this answer
-            return
-        heard = await self.interruptions.words_without_echo(turn, text)
-        if heard != text:
-            turn.drop_prepared()  # it answers the words with the echo in them
-            text = heard
-        if self.interruptions.not_for_agent(turn, text):
-            self.floor.transition(Drop(answer))
-            return
-        self.emit(Transcript("user", text, final=True))
-        if self.agent is not None:
-            self.agent.user_turn(text, (turn.speech_start / PIPELINE_RATE, turn.last_speech / PIPELINE_RATE))
-        if not self.control.turn_detection.create_response:
-            self.floor.transition(Drop(answer))
-            self.control.items.add_text(text)  # answered when the client asks for a response
-            return
-        if typed := self.control.take_ready_input():  # text the client added since the last answer comes first
-            text = f"{typed} {text}"
-            turn.drop_prepared()
-        if (prepared := turn.prepared()) is not None:
-            reply, running = prepared
-            metrics.preemptive = True
-        else:
-            turn.drop_prepared()  # now, not after: its LLM instance answers this one
-            reply = self.replies.new(turn.id, text, self.engines.llm, self.conversation.messages_for(text), metrics)
-            running = asyncio.create_task(reply.run())
-        await self.play(answer, reply, running)
 
     def user_partial(self, turn: UserTurn, text: str) -> None:
-        """Evaluate the words so far into the LLM's cache while the user speaks: the answer is quicker.
-
-        Not once the user has paused: the answer to the pause's transcript is about to need the LLM,
-        and would wait for the evaluation of words it evaluates again."""
+        """Evaluate the words so far into the LLM's cache while the user speaks; not once they paused, when the
+        answer to the pause's transcript is about to need the LLM."""
         if has_words(text) and self.reply is None and not turn.pausing:
             self.conversation.prefill_question(text)
 
@@ -375,8 +289,7 @@ class Session:
         words = has_words(text) and self.reply is None  # over the agent, only a barge-in makes a turn
         prepare = words and self.settings.preemptive_generation and turn.needs_answer
         if turn.needs_signals and words:
-            # With an answer prepared, the LLM reads the signal in the answer's own prompt
-            # evaluation: no second evaluation, and the answer never waits for it.
+            # With an answer prepared, the LLM reads the signal in the answer's own prompt evaluation.
             timeline, smart_turn = self.listener.timeline, self.engines.smart_turn
             audio = None if smart_turn is None else timeline.slice(turn.start, timeline.received)
             llm = self.engines.llm if self.settings.end_of_turn_llm else None
@@ -390,10 +303,7 @@ class Session:
         turn.prepare(self.replies.new(turn.id, text, self.engines.llm, messages, metrics, held=True), metrics)
 
     async def play(self, answer: Answer, reply: Reply, running: asyncio.Task) -> None:
-        """Make ``reply`` the one the user hears, and wait for it to end.
-
-        Cancelling this task cancels ``running`` too: asyncio cancels what a cancelled task awaits.
-        """
+        """Make ``reply`` the one the user hears, and wait for it to end (cancelled, ``running`` is too)."""
         self.floor.transition(Play(answer, reply))
         number = answer.number
         assert number is not None  # it plays
@@ -415,10 +325,9 @@ class Session:
             calls = [] if failed else reply.tool_calls  # the client's functions to run, now that it was said
             for call in calls:
                 self.emit(FunctionCall(number, call.id, call.name, call.arguments))
-            # A failed turn stays out of the history: the words that made it fail would fail the next answers too.
+            # A failed turn stays out of the history: its words would fail the next answers too.
             self._remember(reply, reply.text, failed=failed, calls=calls)
             self.floor.transition(Finish(answer, failed))
-            self.control.answer_done()
             # Apologize for a failed answer to the user; never for fixed words, so no loop.
             if failed and reply.user_text:
                 self.say(APOLOGY)
@@ -441,8 +350,9 @@ class Session:
     async def close(self) -> None:
         """Stop everything this session started."""
         self.closed = True
+        self.idle.stop()
         self.control.close()
-        if (answer := self.answer) is not None:
+        if (answer := self.floor.answer) is not None:
             self.floor.transition(Close())
             if answer.task is not None:
                 await asyncio.gather(answer.task, return_exceptions=True)

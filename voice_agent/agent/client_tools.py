@@ -23,8 +23,9 @@ from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..engines.llm.base import LLMBackend, LLMWrapper, Message, ToolCall
-from ..protocols.events import AUTO, ToolChoice, ToolSchemas, names_of
+from ..engines.llm.base import LLMBackend, LLMWrapper, Message, ToolCall, supports_tools
+from ..printable import printable
+from ..protocols.events import AUTO, Error, ToolChoice, ToolSchemas, chosen_name, names_of
 
 WAITING = json.dumps({"status": "waiting for the client's result"})
 UNANSWERED = json.dumps({"error": "no result: the conversation went on before the client sent one"})
@@ -40,6 +41,26 @@ class ToolOffer:
     @property
     def names(self) -> set[str]:
         return names_of(self.schemas)
+
+
+def checked_offer(
+    offer: ToolOffer, server_tools: set[str], llm: LLMBackend, event_id: str
+) -> tuple[ToolOffer | None, Error | None]:
+    """``offer`` as the client declared it, and the error to tell it: no offer if refused."""
+    if taken := offer.names & server_tools:
+        message = f"the server's own tools are named {', '.join(sorted(taken))}: give yours other names. Ignored"
+        return None, Error("tool_name_conflict", message, event_id)
+    forced = chosen_name(offer.choice)
+    if forced is not None and forced not in offer.names:
+        message = f"tool_choice names {printable(forced)}, which is not one of the tools. Ignored"
+        return None, Error("invalid_value", message, event_id)
+    if offer.schemas and not supports_tools(llm):
+        message = (
+            f"this server's LLM ({llm.name}) cannot call tools: answers are given without "
+            "them. A server run with --llm openai, against an endpoint that returns tool calls, can"
+        )
+        return offer, Error("tools_unsupported", message, event_id)
+    return offer, None
 
 
 class ClientCalls:

@@ -356,6 +356,7 @@ class ResponseStarted:
     response: int
 
 
+COMPLETED, FAILED, CANCELLED = "completed", "failed", "cancelled"  # how a response ended (ResponseEnded.status)
 # Why an answer was cancelled (ResponseEnded.reason).
 TURN_DETECTED = "turn_detected"  # the user took a turn: speech, typed text
 CLIENT_CANCELLED = "client_cancelled"  # the client cancelled it (response.cancel)
@@ -364,7 +365,7 @@ CLIENT_CANCELLED = "client_cancelled"  # the client cancelled it (response.cance
 @dataclass(frozen=True)
 class ResponseEnded:
     response: int
-    status: str  # "completed", "cancelled" or "failed"
+    status: str  # COMPLETED, CANCELLED or FAILED
     reason: str = ""  # for "cancelled": TURN_DETECTED or CLIENT_CANCELLED
 
 

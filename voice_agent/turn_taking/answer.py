@@ -1,10 +1,8 @@
-"""A handle on one answer: its preparation and playing, who holds its voice back, and how it ended.
+"""A handle on one answer: its task, who holds its voice back, and how it ended (LiveKit's ``SpeechHandle``).
 
-Each part that silences the agent pauses under its own name and resumes only
-that name, so one part's resume never lets out what another still holds. The
-floor (:mod:`.floor`) is the only caller of :meth:`Answer.pause`,
-:meth:`Answer.resume` and :meth:`Answer.cancel`. LiveKit's ``SpeechHandle``
-is the model.
+Each holder resumes only its own pause, so one part's resume never lets out
+what another still holds. Only the floor (:mod:`.floor`) pauses, resumes or
+cancels it.
 """
 
 from __future__ import annotations
@@ -15,45 +13,40 @@ import logging
 from collections.abc import Callable, Coroutine, Iterable
 from typing import Any
 
+from ..protocols.events import CANCELLED, COMPLETED, FAILED
 from ..reply.pipeline import Reply
 
 log = logging.getLogger(__name__)
 
 
 class Hold(enum.Enum):
-    GRACE_ONSET = "grace onset"  # a speech window within the grace, before it made a turn (turn_merge)
-    ONSET = "onset"  # a speech window over the agent, too short yet for a turn (interruptions)
-    TURN = "turn"  # a user turn over the agent, while its words are looked at and checked
+    GRACE_ONSET = "grace onset"  # a speech window within the grace, before it made a turn
+    ONSET = "onset"  # a speech window over the agent, too short yet for a turn
+    TURN = "turn"  # a user turn over the agent, while its words are checked
 
 
-# Every hold the user's speech puts on the agent: what a verdict on that speech lets go.
-USER_HOLDS = (Hold.GRACE_ONSET, Hold.ONSET, Hold.TURN)
-
-COMPLETED, FAILED, CANCELLED = "completed", "failed", "cancelled"
+USER_HOLDS = (Hold.GRACE_ONSET, Hold.ONSET, Hold.TURN)  # what a verdict on the user's speech lets go
 
 
 class Answer:
     """The answer under way: to the spoken turn whose audio starts at ``turn_start``; None for text, fixed words."""
 
     def __init__(self, turn_start: int | None = None, turn_id: int | None = None, reply: Reply | None = None):
-        self.turn_start = turn_start
-        self.turn_id = turn_id  # the spoken turn it answers
-        self.number: int | None = None  # its response number, once it plays (ResponseStarted)
+        self.turn_start, self.turn_id = turn_start, turn_id
+        self.number: int | None = None  # its response number, once it plays
         self.task: asyncio.Task | None = None
-        self.reply: Reply | None = None  # set once it is the reply the user hears
+        self.reply: Reply | None = None  # once it is the reply the user hears
         self._holders: set[Hold] = set()
-        # How it ended, and why it was cancelled: (status, reason). Its own, never a session's field.
-        self.ended: tuple[str, str | None] | None = None
+        self.ended: tuple[str, str | None] | None = None  # (status, reason): its own, never a session's field
         self._done: asyncio.Future[tuple[str, str | None]] | None = None
         if reply is not None:
             self.attach(reply)
 
     def start(self, run: Callable[[Answer], Coroutine[Any, Any, None]]) -> None:
-        """Run its preparation and playing, ``run(self)``, as its task."""
         self.task = asyncio.create_task(run(self))
 
     def attach(self, reply: Reply, number: int | None = None) -> None:
-        """``reply``, response ``number``, is the one the user hears: it flows unless a holder holds it."""
+        """``reply``, response ``number``, is the one the user hears: it flows unless held."""
         self.reply, self.number = reply, number
         reply.set_flowing(not self._holders)
 
@@ -79,7 +72,6 @@ class Answer:
         return True
 
     def hand_over(self, holder: Hold, to: Hold) -> None:
-        """``to`` takes over what ``holder`` holds, with no frame let out between."""
         if holder in self._holders:
             self._holders.add(to)
             self._holders.discard(holder)
@@ -92,11 +84,9 @@ class Answer:
         return bool(self._holders)
 
     def finish(self, failed: bool) -> None:
-        """It played to its end, or ``failed``."""
         self._end(FAILED if failed else COMPLETED, None)
 
     def cancel(self, reason: str) -> None:
-        """Stop it, for ``reason``, which its end carries."""
         self._end(CANCELLED, reason)
         if self.task is not None:
             self.task.cancel()
@@ -121,10 +111,9 @@ class Answer:
 
     @property
     def voiced_at(self) -> float | None:
-        """When its first audio went out."""
         return None if self.reply is None else self.reply.timings.first_audio_at
 
     def in_grace(self, now: float, grace_ms: float) -> bool:
-        """Whether the user going on now means they were not done (the graceful way out)."""
+        """Whether the user going on now means they were not done: within the grace of its first audio."""
         voiced_at = self.voiced_at
         return self.turn_start is not None and voiced_at is not None and (now - voiced_at) * 1000 <= grace_ms

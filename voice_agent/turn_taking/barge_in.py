@@ -1,11 +1,9 @@
 """When user speech over the agent interrupts it: real words do, "mm-hm" and a cough do not.
 
-Past ``barge_in_min_speech_ms`` of speech the agent pauses, as a person would,
-while it finds out; past ``barge_in_check_ms`` the overlapping speech is
-transcribed, and only words beyond the backchannel list interrupt; past
-``barge_in_force_ms`` the agent stops whatever the words. A user who goes on
-is checked again every ``BARGE_RECHECK_MS`` of new speech. This module holds
-the decisions; the session runs the transcriptions and acts on them.
+Past ``barge_in_min_speech_ms`` of speech the agent pauses; past
+``barge_in_check_ms`` the speech is read, again every ``BARGE_RECHECK_MS``, and
+only words beyond the backchannels interrupt; past ``barge_in_force_ms`` it
+stops whatever the words. Pure decisions: :mod:`.interruptions` runs the reads.
 """
 
 from __future__ import annotations
@@ -144,9 +142,7 @@ class BargeInPolicy:
         word so judged is a noise's too where it is shorter than any said: a door slam over the echo left 96 ms
         of speech, read "No." twice, and cleared the answer; a "Stop.", "No." or "Wait." said at once keeps
         160 ms or more (scripts/bargein_eval)."""
-        if not no_speech:
-            return False
-        return not self.has_stop_word(text) or spoken_ms < STOP_WORD_MIN_MS
+        return no_speech and (not self.has_stop_word(text) or spoken_ms < STOP_WORD_MIN_MS)
 
     @staticmethod
     def has_stop_word(text: str) -> bool:

@@ -1,15 +1,10 @@
 """What a client controls itself: its start options, and the Realtime protocol's settings, buffer and responses.
 
-At the start a client may set the prompt and a greeting (an agent's start
-hook decides instead where there is one). A Realtime client may change its
-own copy of the server's settings (session.update), commit or clear the audio
-it sent (manual turn taking), ask for a response or cancel it, and declare
-functions it runs itself (client_tools.py); what it does to the conversation's
-items, and the input that waits for a response, is
-:mod:`..agent.conversation_items`'. Turn taking and
-the answer's life stay the session's and its floor's: this holds what the
-client asked for, and is handed the parts and the few session calls
-(``say``, ``commit``, ``start_answer``, ``play``) it acts through.
+A client may set the prompt and a greeting at the start (unless an agent's
+start hook decides them), change its own copy of the settings, commit or clear
+its audio, ask for a response or cancel it, and declare its own functions; the
+conversation's items are :mod:`..agent.conversation_items`'. It acts through
+the parts and the few session calls it is handed.
 """
 
 from __future__ import annotations
@@ -25,13 +20,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..agent.agent_session import AgentSession
-from ..agent.client_tools import ToolOffer
+from ..agent.client_tools import ToolOffer, checked_offer
 from ..agent.conversation import Conversation
 from ..agent.conversation_items import CONVERSATION_ITEM_EVENTS, ConversationItems
 from ..agent.reply_factory import ReplyFactory, TurnMetrics
 from ..audio import PIPELINE_RATE
 from ..config import Settings
-from ..engines.llm.base import supports_tools
 from ..engines.loader import Engines
 from ..engines.stt_queue import SessionSTT
 from ..log import log_exception
@@ -57,7 +51,6 @@ from ..protocols.events import (
     TurnCommitted,
     TurnDetection,
     TurnIgnored,
-    chosen_name,
 )
 from ..reply.pipeline import Reply
 from .answer import Answer
@@ -98,25 +91,21 @@ class ClientControl:
         commit: Callable[[UserTurn], None],
         start_answer: Callable[[Callable[[Answer], Coroutine[Any, Any, None]]], None],
         play: Callable[[Answer, Reply, asyncio.Task], Coroutine[Any, Any, None]],
-        use_settings: Callable[[Settings], None],
         session_id: str = "",
         clock: Callable[[], float] = time.monotonic,
     ):
-        # session.update changes a copy of the server's settings, handed to use_settings: other sessions never see it.
+        # session.update changes a copy of the server's settings, the listener's: other sessions never see it.
         self._server_settings = settings
         self._engines, self._listener, self._stt, self._conversation = engines, listener, stt, conversation
         self._replies, self._floor, self._emit, self._agent = replies, floor, emit, agent
         self._id, self._clock = session_id, clock
         self._say, self._commit, self._start_answer, self._play = say, commit, start_answer, play
-        self._use_settings = use_settings
         self.voice = Path(getattr(engines.tts, "voice_path", "")).name.removesuffix(".onnx")
         self.turn_detection = turn_taking(settings, TurnDetection()).in_effect
         self.tools: ToolSchemas = ()  # the client's functions (client_tools.py), and how the LLM may choose them
         self.tool_choice: ToolChoice = AUTO
         self.items = ConversationItems(conversation, emit, settings)
         self.calls = self.items.calls
-        self._idle: asyncio.TimerHandle | None = None  # idle_timeout_ms: the wait for the user after an answer
-        self._closed = False
 
     def start(self, event: SessionStarted) -> None:
         """The client's start options: the sample rate, and a prompt and greeting unless an agent decides them."""
@@ -165,36 +154,19 @@ class ClientControl:
         return " ".join(text for text in self.items.take_ready() if has_words(text))
 
     def close(self) -> None:
-        self._closed = True
-        self.user_speaks()
         self.items.close()
 
     def answer_begins(self) -> None:
-        """A new answer begins: the client's calls still without an output get none, and no idle wait runs."""
+        """A new answer begins: the client's calls still without an output get none."""
         self.calls.close()
-        self.user_speaks()
 
-    def answer_done(self) -> None:
-        """An answer was heard to its end: with ``idle_timeout_ms``, the agent speaks again after that much silence."""
-        timeout_ms = self.turn_detection.idle_timeout_ms
-        if timeout_ms:
-            self.user_speaks()
-            self._idle = asyncio.get_running_loop().call_later(timeout_ms / 1000, self._idle_timed_out)
-
-    def user_speaks(self) -> None:
-        """Speech began (or the session ends): the idle wait is over."""
-        if self._idle is not None:
-            self._idle.cancel()
-            self._idle = None
-
-    def _idle_timed_out(self) -> None:
-        self._idle = None
-        if self._closed or self._floor.answer is not None or self._listener.turn is not None:
-            return
-        self._emit(IdleTimeout(self._listener.timeline.received * 1000 // PIPELINE_RATE))
-        if self.turn_detection.create_response:  # the agent prompts the user, from the history as it stands
-            inputs = self.items.take_waiting()
-            self._start_answer(lambda answer: self._answer_request(answer, inputs, ResponseRequest(), None))
+    def idle(self) -> None:
+        """The user said nothing for ``idle_timeout_ms`` after an answer: the agent prompts them, from the history
+        as it stands."""
+        if self._floor.answer is None and self._listener.turn is None:
+            self._emit(IdleTimeout(self._listener.timeline.received * 1000 // PIPELINE_RATE))
+            if self.turn_detection.create_response:
+                self._respond(ResponseRequest(), None)
 
     def _on_update(self, event: SessionUpdate) -> None:
         listener, replies = self._listener, self._replies
@@ -207,7 +179,6 @@ class ClientControl:
             self._emit(Error("invalid_voice", message, event.event_id))
         if event.turn_detection is not None:
             taking = turn_taking(self._server_settings, event.turn_detection)
-            self._use_settings(taking.settings)
             self.turn_detection = taking.in_effect
             listener.configure(taking.settings, taking.preroll_samples, taking.manual)
         if event.max_output_tokens is not None:
@@ -235,23 +206,11 @@ class ClientControl:
     def _tool_offer(self, tools: ToolSchemas | None, choice: ToolChoice | None, event_id: str) -> ToolOffer | None:
         """The client's functions, with what it left out as the session has it; None, and an error, if refused."""
         offer = ToolOffer(self.tools if tools is None else tools, self.tool_choice if choice is None else choice)
-        taken = offer.names & self._agent.tool_names() if self._agent is not None else set()
-        if taken:
-            message = f"the server's own tools are named {', '.join(sorted(taken))}: give yours other names. Ignored"
-            self._emit(Error("tool_name_conflict", message, event_id))
-            return None
-        forced = chosen_name(offer.choice)
-        if forced is not None and forced not in offer.names:
-            message = f"tool_choice names {printable(forced)}, which is not one of the tools. Ignored"
-            self._emit(Error("invalid_value", message, event_id))
-            return None
-        if offer.schemas and not supports_tools(self._engines.llm):
-            message = (
-                f"this server's LLM ({self._engines.llm.name}) cannot call tools: answers are given without "
-                "them. A server run with --llm openai, against an endpoint that returns tool calls, can"
-            )
-            self._emit(Error("tools_unsupported", message, event_id))
-        return offer
+        server_tools = self._agent.tool_names() if self._agent is not None else set()
+        checked, error = checked_offer(offer, server_tools, self._engines.llm, event_id)
+        if error is not None:
+            self._emit(error)
+        return checked
 
     def _on_commit_request(self, event: InputCommit) -> None:
         listener = self._listener
@@ -297,8 +256,11 @@ class ClientControl:
         if event.tools is not None or event.tool_choice is not None:
             if (offer := self._tool_offer(event.tools, event.tool_choice, event.event_id)) is None:
                 return
+        self._respond(event, offer)
+
+    def _respond(self, request: ResponseRequest, tools: ToolOffer | None) -> None:
         inputs = self.items.take_waiting()
-        self._start_answer(lambda answer: self._answer_request(answer, inputs, event, offer))
+        self._start_answer(lambda answer: self._answer_request(answer, inputs, request, tools))
 
     async def _answer_request(
         self, answer: Answer, inputs: list[asyncio.Future[str]], request: ResponseRequest, tools: ToolOffer | None

@@ -1,18 +1,12 @@
 """The agent's side of the floor: one state machine, the only code that starts, pauses, resumes or ends an answer.
 
-LISTENING: no answer. PREPARING: a turn (or text, or fixed words) is being
-answered, nothing plays yet. SPEAKING: its reply is the one the user hears
-(the grace runs from its first audio). PAUSED: SPEAKING, held back by one
-holder or more (:class:`~.answer.Hold`). The answer ends COMPLETED or FAILED,
-or is cancelled: YIELDED (the user, or the client, takes the floor: what was
-heard stays in the history), WITHDRAWN (the user was not done: the answer
-goes, unheard) or CLOSED; each goes back to LISTENING.
-
-Everything that changes the agent's side comes in as an event to
-:meth:`Floor.transition`: the session's commits and answers, and the
-verdicts and timers of the speech over the agent (:mod:`.interruptions`,
-:mod:`.turn_merge`). What the client is told of it goes out from there: the
-``clear`` of its buffer, the response's start and end, and ``agent_state``.
+LISTENING (no answer), PREPARING (nothing plays yet), SPEAKING (the grace runs
+from its first audio) and PAUSED (SPEAKING, held by one :class:`~.answer.Hold`
+or more). An answer ends completed, failed, or cancelled: yielded (what was
+heard stays in the history), withdrawn (the user was not done) or closed.
+Every change comes in as an event to :meth:`Floor.transition`, and what the
+client is told of it (``clear``, the response's start and end, ``agent_state``)
+goes out from there.
 """
 
 from __future__ import annotations
@@ -38,25 +32,16 @@ class FloorState(enum.Enum):
 
 
 # What a client is told the agent does in each state (agent_state).
-SHOWN_STATE = {
-    FloorState.LISTENING: "listening",
-    FloorState.PREPARING: "thinking",
-    FloorState.SPEAKING: "speaking",
-    FloorState.PAUSED: "speaking",
-}
+SHOWN_STATE = {"listening": "listening", "preparing": "thinking", "speaking": "speaking", "paused": "speaking"}
 
 
 @dataclass(frozen=True)
-class Prepare:
-    """``answer`` is the one under way now."""
-
+class Prepare:  # the answer under way now
     answer: Answer
 
 
 @dataclass(frozen=True)
-class Play:
-    """``reply`` is the one the user hears of ``answer``."""
-
+class Play:  # the reply the user hears of the answer
     answer: Answer
     reply: Reply
 
@@ -76,51 +61,41 @@ class Resume:
 
 
 @dataclass(frozen=True)
-class HandOver:
-    """``to`` takes over ``holder``'s pause of ``answer``, with no frame let out between."""
-
+class HandOver:  # ``to`` takes over ``holder``'s pause, with no frame let out between
     answer: Answer | None
     holder: Hold
     to: Hold
 
 
 @dataclass(frozen=True)
-class Finish:
-    """``answer`` played to its end, or ``failed``."""
-
+class Finish:  # played to its end, or failed
     answer: Answer
     failed: bool
 
 
 @dataclass(frozen=True)
-class Drop:
-    """``answer`` ends without a response: its turn was none of the agent's business, or the client answers it."""
-
+class Drop:  # ends without a response: its turn was none of the agent's business, or the client answers it
     answer: Answer
 
 
 @dataclass(frozen=True)
-class Yield:
-    """The user (or the client, ``reason``) takes the floor: the answer stops, and what was heard of it stays."""
-
+class Yield:  # the user (or the client: reason) takes the floor; what was heard stays in the history
     reason: str = TURN_DETECTED
 
 
 @dataclass(frozen=True)
-class Withdraw:
-    """The user was not done: the answer goes. ``report``: its end is told now, else once the new turn is."""
-
+class Withdraw:  # the user was not done: the answer goes; report=False: its end is told once the new turn is
     report: bool = True
 
 
 @dataclass(frozen=True)
 class Close:
-    """The session ends."""
+    pass
 
 
 @dataclass(frozen=True)
-class Announced:
-    """The client was told of a new user turn: the end of an answer it withdrew follows."""
+class Announced:  # the client was told of a new user turn: the end of an answer it withdrew follows
+    pass
 
 
 FloorEvent = Prepare | Play | Pause | Resume | HandOver | Finish | Drop | Yield | Withdraw | Close | Announced
@@ -189,8 +164,8 @@ class Floor:
                 self._unreported = None
         if (state := self.state) is not self._told:
             log.debug("floor: %s -> %s on %s", self._told.value, state.value, type(event).__name__)
-        if SHOWN_STATE[state] != SHOWN_STATE[self._told]:
-            self._emit(AgentState(SHOWN_STATE[state]))
+        if SHOWN_STATE[state.value] != SHOWN_STATE[self._told.value]:
+            self._emit(AgentState(SHOWN_STATE[state.value]))
         self._told = state
 
     def _cancel(self, answer: Answer, reason: str, report: bool = True) -> None:

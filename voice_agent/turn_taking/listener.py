@@ -1,11 +1,10 @@
 """The user's side of a session: audio in, user turns out.
 
-The listener resamples the client's audio to 16 kHz, keeps it on the
-:class:`~.timeline.AudioTimeline`, runs the VAD on it as it arrives (a window
-costs about 0.2 ms, so inline), and follows the current :class:`~.user_turn.UserTurn`:
-partial transcripts while the user speaks, the speculative final transcript
-when a pause begins, and the end-of-turn decision. Who has the floor is the
-session's decision: the listener asks it through :class:`TurnTaker`.
+It resamples the input, cancels its echo, keeps it on the timeline, runs the
+VAD inline (about 0.2 ms a window) and follows the current user turn: partial
+transcripts, the speculative final one when a pause begins, and the end of the
+turn. Who has the floor it asks :class:`OverAgent`; the turns go to the
+session, :class:`TurnTaker`.
 """
 
 from __future__ import annotations
@@ -41,57 +40,49 @@ log = logging.getLogger(__name__)
 # the barge-in check fits the echo path on.
 IDLE_KEEP_SAMPLES = max(PREROLL_SAMPLES, ECHO_INPUT_SAMPLES, int(ECHO_FIT_S * PIPELINE_RATE))
 VAD_HYSTERESIS = 0.15
-# Silero scores the first window of resumed speech 0.07 to 0.66 (a 32 ms window
-# that is partly silence) and the silence of a pause under 0.05
-# (voice_agent/bench/turns/endpoint_turns): a turn is not committed on a window above this, in
-# case the user is going on. Steady noise scores above it too, so at most
-# RESUMING_WINDOWS a pause hold the commit back (96 ms).
+# Silero scores resumed speech's first window 0.07 to 0.66, a pause's silence under 0.05: no commit on a window
+# above this, in case the user goes on; steady noise scores above it too, so at most RESUMING_WINDOWS hold it.
 RESUMING_PROBABILITY = 0.1
 RESUMING_WINDOWS = 3
 MIN_COMMIT_SAMPLES = PIPELINE_RATE // 10  # a client commit needs 100 ms of audio, as the Realtime API's does
 
 
 def input_resampler(rate: int) -> StreamResampler:
-    """Resamples a client's input at ``rate`` to the pipeline's rate, as it comes.
-
-    Upsampling (a phone line's 8 kHz) takes cubic interpolation, which has no look-ahead and gives each
-    frame's samples at once: soxr's medium filter hands its output back in blocks of about 100 ms, so speech
-    would reach the VAD that late. Downsampling keeps the medium filter: without it the band above 8 kHz
-    folds into the speech, and from 24 or 48 kHz its blocks are a frame or so.
-    """
+    """Resamples a client's input at ``rate`` to the pipeline's rate, as it comes: upsampling by cubic
+    interpolation, which has no look-ahead (soxr's medium filter would delay speech by 100 ms); downsampling by
+    the medium filter, which keeps the band above 8 kHz out of the speech."""
     return StreamResampler(rate, PIPELINE_RATE, "QQ" if rate < PIPELINE_RATE else "MQ")
 
 
 class TurnTaker(Protocol):
-    """What the listener asks of the session."""
+    """What the listener tells the session."""
 
-    def begin_turn(self, start: int) -> tuple[int, bool]:
-        """Speech makes a turn from sample ``start``: where it really starts, and whether it is over the agent."""
-
-    def user_speaks(self, turn: UserTurn) -> None:
-        """Another speech window of ``turn``."""
-
-    def speech_begins(self, start: int) -> None:
-        """A speech window, its run from sample ``start``, before there is speech enough for a turn."""
-
-    def speech_faded(self) -> None:
-        """The speech since :meth:`speech_begins` ended too short to make a turn."""
-
-    def user_partial(self, turn: UserTurn, transcript: str) -> None:
-        """A partial transcript of ``turn`` while the user speaks."""
+    def user_partial(self, turn: UserTurn, transcript: str) -> None: ...
 
     def user_pauses(self, turn: UserTurn, transcript: str, stt_ms: float) -> None:
         """``turn``'s speculative final transcript is in, and the user is still silent."""
 
-    def commit(self, turn: UserTurn) -> None:
-        """``turn`` is over."""
+    def commit(self, turn: UserTurn) -> None: ...
+
+
+class OverAgent(Protocol):
+    """What the listener asks of the speech over the agent (:mod:`.interruptions`)."""
+
+    def begin_turn(self, start: int) -> tuple[int, bool]:
+        """Speech makes a turn from sample ``start``: where it really starts, and whether it is over the agent."""
+
+    def user_speaks(self, turn: UserTurn) -> None: ...
+
+    def speech_begins(self, start: int) -> None:
+        """A speech window, its run from sample ``start``, before there is speech enough for a turn."""
+
+    def speech_faded(self) -> None: ...
 
     def holds_floor(self, turn: UserTurn) -> bool:
-        """Whether ``turn`` is speech over the agent's answer that has not taken the floor from it."""
+        """Whether ``turn`` is speech over the agent that has not taken the floor from it."""
 
     def kept_start(self) -> int | None:
-        """The earliest sample that a turn which ended still needs: one whose answer may yet merge with the next
-        turn, or one whose words are still being read."""
+        """The earliest sample that a turn which ended still needs."""
 
     def hears_own_voice(self, start: int, end: int) -> bool:
         """Whether the input up to sample ``end`` is the agent's own output coming back; the speech that it
@@ -107,6 +98,7 @@ class Listener:
         stt: Callable[[], SessionSTT],
         emit: Callable[[OutputEvent], None],
         turn_taker: TurnTaker,
+        over_agent: OverAgent,
         session_id: str = "",
         clock: Callable[[], float] = time.monotonic,
     ):
@@ -119,15 +111,11 @@ class Listener:
         self.echo_canceller = input_canceller(settings, clock=clock)  # None: the input goes to the VAD as it comes
         self._client_cancels_echo = False
         self.noise_suppression = bool(settings.noise_suppression)
-        self._vad = vad
-        self._stt = stt
-        self._emit = emit
-        self._turn_taker = turn_taker
-        self._id = session_id
-        self._clock = clock
+        self._vad, self._stt, self._emit = vad, stt, emit
+        self._turn_taker, self._over_agent = turn_taker, over_agent
+        self._id, self._clock = session_id, clock
         self._detector = turn_detector(settings)
-        # The last committed turn (start, last speech, ended on a finished sentence): if the user
-        # goes on and the two merge, that pause is one of theirs (PauseHabit).
+        # The last committed turn (start, last speech, ended on a finished sentence): if it merges, a pause learnt.
         self._last_commit: tuple[int, int, bool] | None = None
         self._gap_since_commit = 0
         self._analysed = 0  # samples the VAD has seen
@@ -135,9 +123,7 @@ class Listener:
         self._speech_run_ms = 0.0
         self._partial_task: asyncio.Task | None = None
         self._preroll = PREROLL_SAMPLES
-        # Manual turns (the Realtime protocol's turn_detection null): no VAD; the
-        # client commits the audio since the last commit or clear.
-        self.manual = False
+        self.manual = False  # turn_detection null: no VAD; the client commits the audio since the last commit
         self._buffer_start = 0
 
     def configure(self, settings: Settings, preroll_samples: int, manual: bool) -> None:
@@ -177,8 +163,7 @@ class Listener:
         self.echo_canceller = input_canceller(self.settings, True, self.noise_suppression, self._clock)
 
     def suppress_noise(self, on: bool) -> None:
-        """This session's own noise suppression, echo cancellation as before. A new canceller converges on
-        the echo path again over the first seconds of output: clients choose it as they start."""
+        """This session's own noise suppression; a new canceller converges on the echo path again."""
         if on != self.noise_suppression:
             self.noise_suppression = on
             self.echo_canceller = input_canceller(self.settings, self._client_cancels_echo, on, self._clock)
@@ -195,10 +180,7 @@ class Listener:
         if not len(samples):
             return
         self.timeline.append(samples)
-        if self.manual:
-            self._trim_audio()
-            return
-        for probability in self._vad.process(samples):
+        for probability in () if self.manual else self._vad.process(samples):
             self._analysed += WINDOW
             self._on_window(probability)
         self._trim_audio()
@@ -206,7 +188,7 @@ class Listener:
     def _on_window(self, probability: float) -> None:
         end = self._analysed
         threshold = self.settings.vad_threshold
-        if probability >= threshold and self._turn_taker.hears_own_voice(self._speech_start(end), end):
+        if probability >= threshold and self._over_agent.hears_own_voice(self._speech_start(end), end):
             # The agent's voice through the client's loudspeaker: silence from the user. The pre-roll
             # still reaches back over such windows: the echo test also takes the onset of a user
             # speaking over the agent for echo, and a lost "Stop" costs more than an echoed word.
@@ -221,7 +203,7 @@ class Listener:
                 if self._last_commit is not None:
                     self._gap_since_commit = run_start - self._last_commit[1]
                 start = max(self.timeline.start, run_start - self._preroll)
-                start, over_agent = self._turn_taker.begin_turn(start)
+                start, over_agent = self._over_agent.begin_turn(start)
                 self.turn = UserTurn(
                     next(self.turn_ids),
                     start,
@@ -237,13 +219,13 @@ class Listener:
                 log.debug("session %s: turn %d starts", self._id, self.turn.id)
             if self.turn is not None:
                 self._learn_merge(self.turn)
-                self._turn_taker.user_speaks(self.turn)
+                self._over_agent.user_speaks(self.turn)
                 self._maybe_partial(self.turn)
             else:
-                self._turn_taker.speech_begins(self._run_start(end))
+                self._over_agent.speech_begins(self._run_start(end))
         elif probability < threshold - VAD_HYSTERESIS:
             if self._speech_run_ms and self.turn is None:
-                self._turn_taker.speech_faded()
+                self._over_agent.speech_faded()
             self._speech_run_ms = 0.0
         self._probability = probability
         if self.turn is not None:
@@ -261,13 +243,8 @@ class Listener:
         return end - int(self._speech_run_ms * PIPELINE_RATE / 1000)
 
     def _on_news(self, turn: UserTurn) -> None:
-        """``turn``'s speculative transcript or an end-of-turn signal came in between two VAD windows.
-
-        The check runs again at once, on the audio analysed so far, so that
-        the held answer starts, and the turn commits, without waiting up to a
-        window (32 ms) for the next one. The silence it reads is the one the
-        last window measured: no turn ends sooner than the policy says.
-        """
+        """``turn``'s speculative transcript or a signal came in between two VAD windows: check again now, on
+        the silence the last window measured, not up to 32 ms later."""
         if self.turn is not turn or self._probability >= RESUMING_PROBABILITY:
             return  # over, or the last window may be the user going on: the next one decides
         self._check_end_of_turn(turn, self._analysed, self._probability)
@@ -297,14 +274,13 @@ class Listener:
         silence_ms = (now - turn.last_speech) * 1000 / PIPELINE_RATE
         if silence_ms < self.settings.stt_speculative_silence_ms:
             return
-        if silence_ms >= self.settings.end_silence_complete_ms and self._turn_taker.holds_floor(turn):
+        if silence_ms >= self.settings.end_silence_complete_ms and self._over_agent.holds_floor(turn):
             # A "yeah", a cough or words still being checked, over the agent: their end lets a paused agent go
             # on at once, not at the end of a sentence.
             self._turn_taker.commit(turn)
             return
         turn.speculate()
-        # Until the transcript of all the speech is in, assume the user goes on: a
-        # partial may predate the last words ("We arrive." for "We arrive on").
+        # Until the transcript of all the speech is in, assume the user goes on: a partial may predate the last words.
         signals = TurnSignals(None)
         if (speculative := turn.speculative_transcript()) is not None:
             text, stt_ms = speculative
@@ -350,7 +326,7 @@ class Listener:
         """Keep the current turn's audio, that which ended turns still need, and the pre-roll."""
         received = self.timeline.received
         keep_from = received - PREROLL_SAMPLES - int(self.settings.max_turn_s * PIPELINE_RATE)
-        pending = self._turn_taker.kept_start()
+        pending = self._over_agent.kept_start()
         for start in (self.turn.start if self.turn else None, pending):
             if start is not None:
                 keep_from = min(keep_from, start)

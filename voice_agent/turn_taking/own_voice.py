@@ -15,15 +15,18 @@ import numpy as np
 
 from .. import log as logs
 from ..audio import PIPELINE_RATE
+from ..config import Settings
 from ..echo import ECHO_SHARE, WHOLE_ECHO_SHARE, others_words, timed_words, words_of
 from ..echo_reference import INPUT_SAMPLES as ECHO_INPUT_SAMPLES
 from ..echo_reference import QUIET_INPUT_SAMPLES, EchoReference
 from ..echo_suppression import FIT_S, suppress_echo
+from ..engines.interfaces import VADBackend
+from ..engines.stt_queue import SessionSTT
 from ..engines.vad import WINDOW, WINDOW_MS
 from ..protocols.events import AgentAudio, Clear, OutputEvent, TurnIgnored
 from ..reply.pipeline import Reply
 from .barge_in import BargeInPolicy
-from .overlap_floor import OverlapFloor
+from .listener import Listener
 from .turn import has_words
 from .user_turn import SPEECH_TAIL_SAMPLES, UserTurn
 
@@ -89,30 +92,38 @@ def timed_chunks(reply: Reply) -> list[tuple[str, float, float]]:
 
 
 class OwnVoice:
-    def __init__(self, session: OverlapFloor, policy: BargeInPolicy):
-        self._session = session
-        self.policy = policy
+    def __init__(
+        self,
+        listener: Callable[[], Listener],
+        stt: SessionSTT,
+        vad: VADBackend,
+        policy: BargeInPolicy,
+        settings: Callable[[], Settings],
+        sample_rate: Callable[[], int],
+        emit: Callable[[OutputEvent], None],
+        clock: Callable[[], float],
+        session_id: str = "",
+    ):
+        self._listener, self._stt, self._vad, self.policy = listener, stt, vad, policy
+        self._settings = settings  # the session's, as its client changed them
+        self._sample_rate = sample_rate  # the client's
+        self._emit, self._clock, self._id = emit, clock, session_id
         self.echo_heard = False  # the agent's own voice came back in this session
         self._finished: tuple[Reply, float] | None = None  # the last answer played to its end, and when
-        self._output = EchoReference(session.clock())  # what the client plays: its echo is not the user
+        self._output = EchoReference(self._clock())  # what the client plays: its echo is not the user
         self._quiet_judged = (-1, False)  # a start of speech, and whether the input was near silence before it
         # The input was near silence all through a stretch of the agent's output: its voice does not come back
         # in this call (a headset, the client's echo cancelling), unless its words are heard (echo_heard).
         self._echo_free = False
         self._quiet_looked = 0  # the input received when the agent's talk was last looked at for that
 
-    def watching_output(self, send: Callable[[OutputEvent], None]) -> Callable[[OutputEvent], None]:
-        """``send``, with the agent's audio and the client's buffer clears noted first, for :meth:`hears_own_voice`."""
-
-        def send_watched(event: OutputEvent) -> None:
-            if isinstance(event, AgentAudio):
-                self._output.played(event.samples, self._session.sample_rate, self._session.clock())
-                self._look_for_quiet_input()
-            elif isinstance(event, Clear):
-                self._output.cleared(self._session.clock())
-            send(event)
-
-        return send_watched
+    def see(self, event: OutputEvent) -> None:
+        """Note the agent's audio and the client's buffer clears, for :meth:`hears_own_voice`."""
+        if isinstance(event, AgentAudio):
+            self._output.played(event.samples, self._sample_rate(), self._clock())
+            self._look_for_quiet_input()
+        elif isinstance(event, Clear):
+            self._output.cleared(self._clock())
 
     @property
     def echo_comes_back(self) -> bool:
@@ -123,11 +134,11 @@ class OwnVoice:
     def hears_own_voice(self, start: int, end: int) -> bool:
         """Whether the input up to sample ``end`` is the agent's own output coming back; the speech that it
         would be part of began at sample ``start``."""
-        if not self._session.settings.barge_in_ignore_echo:
+        if not self._settings().barge_in_ignore_echo:
             return False
         if self._began_over_quiet(start) or self._no_echo_before(end - WINDOW):
             return False
-        timeline = self._session.listener.timeline
+        timeline = self._listener().timeline
         heard = timeline.slice(end - ECHO_INPUT_SAMPLES, end)
         return self._output.explains(heard, timeline.arrival_time(end))
 
@@ -137,7 +148,7 @@ class OwnVoice:
     def may_hold_echo(self, turn: UserTurn) -> bool:
         """Whether the agent's echo may be in ``turn``'s speech: the input before it was not near silence under
         the agent's output."""
-        return bool(self._session.settings.barge_in_ignore_echo) and not self._began_over_quiet(turn.start)
+        return bool(self._settings().barge_in_ignore_echo) and not self._began_over_quiet(turn.start)
 
     def _began_over_quiet(self, start: int) -> bool:
         """Whether the speech from sample ``start`` began over input near silence while the agent's output
@@ -159,10 +170,10 @@ class OwnVoice:
         its echo (too little of it played to tell), and one onset correlates with another at some lag: with
         no echo at all, the echo test took words said 300 to 600 ms into an answer for it (offline, the
         eval's recorded speech over an answer of Piper's)."""
-        if not self._session.settings.barge_in_ignore_echo:
+        if not self._settings().barge_in_ignore_echo:
             return True  # its echo is the user's speech then, as any speech is
         if not self._echo_free or self.echo_heard:
-            timeline = self._session.listener.timeline
+            timeline = self._listener().timeline
             heard = timeline.slice(max(timeline.start, start - QUIET_INPUT_SAMPLES), start)
             heard_end_at = timeline.arrival_time(start)
             if not self._output.silent_under(heard, heard_end_at):
@@ -177,7 +188,7 @@ class OwnVoice:
         silence under the output? Then the call is known free of its echo before the user speaks over it."""
         if self._echo_free or self.echo_heard:
             return
-        received = self._session.listener.timeline.received
+        received = self._listener().timeline.received
         if received - self._quiet_looked >= QUIET_INPUT_SAMPLES // 2:
             self._quiet_looked = received
             self._no_echo_before(received)
@@ -193,7 +204,7 @@ class OwnVoice:
         """For a look at the input from sample ``start`` to ``end``: the input from :data:`FIT_S` before it, the
         output that played over that input, the echo path's lag, and the look's length; None when no echo path
         is found in it."""
-        timeline = self._session.listener.timeline
+        timeline = self._listener().timeline
         start = max(start, timeline.start)
         heard = timeline.slice(max(timeline.start, start - int(FIT_S * PIPELINE_RATE)), end)
         length = end - start
@@ -208,32 +219,30 @@ class OwnVoice:
         """The turn's last ``length`` samples of ``heard`` with the echo of ``played`` turned down and only its
         speech kept (None when it holds no speech: a noise over the echo), and which VAD windows are speech."""
         cleaned = suppress_echo(heard, played, lag)[-length:]
-        probabilities = np.array(self._session.engines.vad.stream().process(cleaned), dtype=np.float64)
-        speech = speech_left(heard[-length:], cleaned, probabilities, self._session.settings.vad_threshold)
+        probabilities = np.array(self._vad.stream().process(cleaned), dtype=np.float64)
+        speech = speech_left(heard[-length:], cleaned, probabilities, self._settings().vad_threshold)
         return speech_only(cleaned, speech), speech
 
     def not_for_agent(self, turn: UserTurn, text: str) -> bool:
         """Whether committed ``turn`` is none of the agent's business: no words, a backchannel over it, its own voice."""
-        session = self._session
         if not has_words(text) or (turn.over_agent and self.policy.is_backchannel(self._without_echo_tail(turn, text))):
-            log.log(logs.words_level(), "session %s: turn %d had no words for the agent: %r", session.id, turn.id, text)
-            session.emit(TurnIgnored(turn.id))
+            log.log(logs.words_level(), "session %s: turn %d had no words for the agent: %r", self._id, turn.id, text)
+            self._emit(TurnIgnored(turn.id))
             return True
         if self.echoes_last_answer(turn, text):
-            log.log(logs.words_level(), "session %s: turn %d was the agent's own voice: %r", session.id, turn.id, text)
+            log.log(logs.words_level(), "session %s: turn %d was the agent's own voice: %r", self._id, turn.id, text)
             self.echo_heard = True
             return True
         return False
 
     def echoes_last_answer(self, turn: UserTurn, text: str) -> bool:
         """A "turn" that began as the last answer's final words came back (a speakerphone's echo tail)."""
-        session = self._session
-        if not session.settings.barge_in_ignore_echo or self._finished is None:
+        if not self._settings().barge_in_ignore_echo or self._finished is None:
             return False
         if self._echo_free and not self.echo_heard:
             return False  # "Four." said as an answer ended was taken for its "... your order." (endpointing eval)
         reply, ended_at = self._finished
-        began_at = session.listener.timeline.arrival_time(turn.start)
+        began_at = self._listener().timeline.arrival_time(turn.start)
         if began_at > ended_at + ECHO_TAIL_S:
             return False
         spoken_s = (turn.last_speech - turn.start) / PIPELINE_RATE
@@ -242,7 +251,7 @@ class OwnVoice:
     def _without_echo_tail(self, turn: UserTurn, text: str) -> str:
         """``text`` without the last answer's final words: a "yeah" over the agent runs on into their echo
         ("Yeah, I'm not." over "... I'm not sure"), and then the turn is only the "yeah"."""
-        if not self._session.settings.barge_in_ignore_echo or self._finished is None:
+        if not self._settings().barge_in_ignore_echo or self._finished is None:
             return text
         reply, _ = self._finished
         playing_s = reply.heard_s()
@@ -280,7 +289,7 @@ class OwnVoice:
             if cleaned is None:
                 return ""
             audio, spoken_ms = cleaned, float(speech.sum()) * WINDOW_MS
-        reading = await self._session.stt.read(audio)
+        reading = await self._stt.read(audio)
         noise = judge_noise and self.policy.is_noise(reading.text, reading.no_speech, spoken_ms)
         return "" if noise else reading.text
 
@@ -297,5 +306,5 @@ class OwnVoice:
         try:
             return await self._words(turn, echo, SPEECH_TAIL_SAMPLES, judge_noise=turn.over_agent)
         except Exception:
-            logs.log_exception(log, "session %s: transcribing without the echo failed", self._session.id)
+            logs.log_exception(log, "session %s: transcribing without the echo failed", self._id)
             return text

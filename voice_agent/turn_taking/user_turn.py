@@ -1,18 +1,10 @@
-"""One user turn: a stretch of speech from its first speech window to its commit, and the work started on it.
+"""One user turn: its speech from the first speech window to its commit, and the work started on it.
 
-While the user pauses, the final transcription starts speculatively, and an
-answer to that transcript may be prepared, held back until the turn commits.
-Both belong to the turn: more speech makes them stale, and the turn drops the
-prepared answer; a commit picks them up if they still match the audio.
-
-A long turn is transcribed in parts, so that each pause reads only what is new:
-once the audio since the last settled point is :data:`SETTLE_AFTER_S` long, the
-next pause of :data:`SETTLE_PAUSE_SAMPLES` or more settles it. Its middle cuts
-the turn, the part before it is transcribed once, in the background while the
-user goes on, and every transcript after that (partial, speculative, final) is
-the parts' words and a reading of the rest: a pause costs the reading of the
-rest, not of the whole turn. Shorter turns, and longer ones that never pause
-that long, are read whole.
+A pause starts the final transcription speculatively, and maybe an answer,
+held until the commit; more speech makes both stale. A long turn is read in
+parts: once the audio since the last settled point is :data:`SETTLE_AFTER_S`
+long, a pause of :data:`SETTLE_PAUSE_SAMPLES` settles it, and the part before
+is read once, in the background: each pause then costs a reading of the rest.
 """
 
 from __future__ import annotations
@@ -33,11 +25,8 @@ from .turn import TurnSignals
 from .turn_signals import PauseSignals
 
 SPEECH_TAIL_SAMPLES = PIPELINE_RATE // 10  # Whisper gets 100 ms past the last speech window
-# Fifteen seconds: a question or a sentence or two, which is read whole as it always was, and a part that
-# long still gives Whisper the context of a few sentences. Under 30 s, Whisper's window: a part is one call.
-SETTLE_AFTER_S = 15.0
-# A pause between phrases, longer than the gaps between words (a stop consonant's silence is a window or
-# two), so that no word is cut in two; shorter than the pauses that end turns (350 ms and more).
+SETTLE_AFTER_S = 15.0  # a question or a few sentences are read whole; under Whisper's 30 s window, one call a part
+# Between phrases: longer than a stop consonant's silence, shorter than the pauses that end turns (350 ms).
 SETTLE_PAUSE_SAMPLES = 6 * WINDOW  # 192 ms
 
 
@@ -68,17 +57,13 @@ class UserTurn:
         self.barge_check: asyncio.Task | None = None
         self.barge_checked_ms = 0.0  # speech_ms when the last barge-in check started
         self.resuming_windows = 0  # windows of this pause that held the commit back
-        # The user began within --reply-grace-ms of the agent's answer: if this is
-        # speech, the answer is withdrawn and this turn continues the one it answered.
-        self.may_withdraw = False
+        self.may_withdraw = False  # began in the answer's grace: words withdraw it, and continue the answered turn
         self.signals: PauseSignals | None = None  # about the speculative transcript
         self.decision: tuple[TurnSignals, float] | None = None  # the signals and silence that ended the turn
         self._signals_upto = -1  # _speculative_upto that the signals are about
         self.metrics: TurnMetrics | None = None  # of the prepared answer
         self._announced = False  # the client was told it began (SpeechStarted)
-        # Called when the speculative transcript or an end-of-turn signal comes in: the
-        # listener decides then instead of at the next VAD window, up to 32 ms later.
-        self._on_news = on_news
+        self._on_news = on_news  # the speculative transcript or a signal came in: the listener decides now
         self._timeline = timeline
         self._stt = stt
         self._clock = clock
@@ -155,8 +140,7 @@ class UserTurn:
         return task.result()
 
     def extend_back(self, start: int) -> None:
-        """The turn begins at ``start`` instead: it continues a turn whose answer was withdrawn, and may withdraw
-        no other. What was transcribed or prepared for the later start alone is stale."""
+        """The turn continues one from ``start`` whose answer was withdrawn: what was read or prepared is stale."""
         self.may_withdraw = False
         if start < self.start:  # the speech of the turn it continues began as far past its start as this one's
             self.speech_start -= self.start - start

@@ -203,7 +203,9 @@ async def test_end_of_turn_logprob_is_read_on_the_reader_while_the_pool_answers(
     counts = record_evaluations(llm)  # the answering instance's
     # Words never read before: a reading already made is returned at once.
     busy = await llm.end_of_turn_logprob(messages)
-    assert counts == [[]]  # the answer's cache was left alone
+    # The answer's cache was left alone: the answering instance only decoded its own next tokens, one at a
+    # time (its thread runs a few ahead of the reader); a reading there would decode the prompt at once.
+    assert all(set(calls) <= {1} for calls in counts), counts
     await stream.aclose()
     alone = await pool.end_of_turn_logprob(messages)  # another backend's, on an idle instance
     assert busy is not None and alone is not None and abs(busy - alone) < 0.1

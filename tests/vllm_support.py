@@ -85,7 +85,7 @@ async def spoken_turn(ws_url: str) -> tuple[dict, str]:
         final = await client.wait_for(
             lambda m: m.get("type") == "transcript" and m["role"] == "user" and m["final"], 30
         )
-        assert "france" in final["text"].lower()
+        assert "france" in final["text"].lower(), final
         metrics = await client.wait_for(lambda m: m.get("type") == "metrics", 30)
         agent = await client.wait_for(
             lambda m: m.get("type") == "transcript" and m["role"] == "agent" and m["final"], 60

@@ -241,40 +241,43 @@ class Session:
 
     async def _respond(self, answer: Answer, turn: UserTurn, metrics: TurnMetrics) -> None:
         try:
-            try:
-                text = await turn.final_transcript(metrics)
-            except Exception:
-                log_exception(log, "session %s: transcription failed", self.id)
-                self.emit(Error("stt_failed", "transcription failed on the server"))
-                self.say(APOLOGY)  # in place of this answer
-                return
-            heard = await self.interruptions.words_without_echo(turn, text)
-            if heard != text:
-                turn.drop_prepared()  # it answers the words with the echo in them
-                text = heard
-            if self.interruptions.not_for_agent(turn, text):
-                self.floor.transition(Drop(answer))
-                return
-            self.emit(Transcript("user", text, final=True))
-            if self.agent is not None:
-                self.agent.user_turn(text, (turn.speech_start / PIPELINE_RATE, turn.last_speech / PIPELINE_RATE))
-            if not self.control.turn_detection.create_response:
-                self.floor.transition(Drop(answer))
-                self.control.items.add_text(text)  # answered when the client asks for a response
-                return
-            if typed := self.control.take_ready_input():  # text the client added since the last answer comes first
-                text = f"{typed} {text}"
-                turn.drop_prepared()
-            if (prepared := turn.prepared()) is not None:
-                reply, running = prepared
-                metrics.preemptive = True
-            else:
-                turn.drop_prepared()  # now, not after: its LLM instance answers this one
-                reply = self.replies.new(turn.id, text, self.engines.llm, self.conversation.messages_for(text), metrics)
-                running = asyncio.create_task(reply.run())
-            await self.play(answer, reply, running)
+            await self._answer_turn(answer, turn, metrics)
         finally:  # a prepared answer never played is cancelled here, not closed by the GC from another thread
             turn.drop_prepared()
+
+    async def _answer_turn(self, answer: Answer, turn: UserTurn, metrics: TurnMetrics) -> None:
+        try:
+            text = await turn.final_transcript(metrics)
+        except Exception:
+            log_exception(log, "session %s: transcription failed", self.id)
+            self.emit(Error("stt_failed", "transcription failed on the server"))
+            self.say(APOLOGY)  # in place of this answer
+            return
+        heard = await self.interruptions.words_without_echo(turn, text)
+        if heard != text:
+            turn.drop_prepared()  # it answers the words with the echo in them
+            text = heard
+        if self.interruptions.not_for_agent(turn, text):
+            self.floor.transition(Drop(answer))
+            return
+        self.emit(Transcript("user", text, final=True))
+        if self.agent is not None:
+            self.agent.user_turn(text, (turn.speech_start / PIPELINE_RATE, turn.last_speech / PIPELINE_RATE))
+        if not self.control.turn_detection.create_response:
+            self.floor.transition(Drop(answer))
+            self.control.items.add_text(text)  # answered when the client asks for a response
+            return
+        if typed := self.control.take_ready_input():  # text the client added since the last answer comes first
+            text = f"{typed} {text}"
+            turn.drop_prepared()
+        if (prepared := turn.prepared()) is not None:
+            reply, running = prepared
+            metrics.preemptive = True
+        else:
+            turn.drop_prepared()  # now, not after: its LLM instance answers this one
+            reply = self.replies.new(turn.id, text, self.engines.llm, self.conversation.messages_for(text), metrics)
+            running = asyncio.create_task(reply.run())
+        await self.play(answer, reply, running)
 
     def user_partial(self, turn: UserTurn, text: str) -> None:
         """Evaluate the words so far into the LLM's cache while the user speaks; not once they paused, when the

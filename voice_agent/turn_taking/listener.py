@@ -180,9 +180,10 @@ class Listener:
         if not len(samples):
             return
         self.timeline.append(samples)
-        for probability in () if self.manual else self._vad.process(samples):
-            self._analysed += WINDOW
-            self._on_window(probability)
+        if not self.manual:  # manual turns: no VAD, the client commits the audio
+            for probability in self._vad.process(samples):
+                self._analysed += WINDOW
+                self._on_window(probability)
         self._trim_audio()
 
     def _on_window(self, probability: float) -> None:

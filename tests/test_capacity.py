@@ -87,6 +87,21 @@ def test_the_cost_of_a_session_is_its_cpu_beyond_the_idle_process():
     assert refused.as_json()["retry_after_s"] == 5 and refused.as_json()["ready"] is False
 
 
+def test_the_default_target_admits_four_sessions_from_a_lone_sessions_cost_and_stops_before_the_knee():
+    """Measured on the 2-core machine (docs/results/capacity.md): a lone session of the benchmark conversation
+    costs about 0.29 core-s/s and one of 6 about 0.24, and 8 sessions stay within the 1 s budget."""
+    clock = Clock()
+    capacity = model(clock, target=Settings().capacity_target)
+    machine = Machine(capacity, clock, idle=0.006, per_session=0.29)
+    machine.run(60, 1)
+    assert capacity.verdict(3).reason is None  # the fourth
+    assert capacity.capacity() == 5
+    machine.per_session = 0.24
+    machine.run(61, 6)
+    assert capacity.verdict(5).reason is None
+    assert capacity.verdict(6).reason == OVERLOADED  # a seventh: short of the 8 measured within budget
+
+
 def test_a_measured_cost_outlives_the_window_while_the_server_is_idle():
     clock = Clock()
     capacity = model(clock)

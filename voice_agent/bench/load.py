@@ -73,7 +73,7 @@ NOT_UTF8 = b'{"type": "text", "text": "\xff\xfe"}'  # closed with 1007
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--levels", default="1,2,3,4,6", help="ramp concurrency levels [default %(default)s]")
+    parser.add_argument("--levels", default="1,2,4,6,8,10", help="ramp concurrency levels [default %(default)s]")
     parser.add_argument(
         "--budget-ms",
         type=float,

@@ -123,6 +123,9 @@ class Factory : public webrtc::EchoControlFactory {
 struct Apm {
   rtc::scoped_refptr<webrtc::AudioProcessing> apm;
   webrtc::StreamConfig stream;
+  // GetStatistics pops the oldest of the per-frame reports queued since the last call: called once a frame, the
+  // report is the frame's own.
+  webrtc::AudioProcessingStats stats;
 };
 
 std::string field_trials;  // webrtc keeps the pointer it is given
@@ -184,7 +187,7 @@ void* aec3_apm_new(void* config, int sample_rate_hz) {
                      std::make_unique<Factory>(*static_cast<webrtc::EchoCanceller3Config*>(config)))
                  .Create();
   if (!apm) return nullptr;
-  return new Apm{apm, webrtc::StreamConfig(sample_rate_hz, 1)};
+  return new Apm{apm, webrtc::StreamConfig(sample_rate_hz, 1), {}};
 }
 
 void aec3_apm_free(void* apm) { delete static_cast<Apm*>(apm); }
@@ -203,12 +206,15 @@ int aec3_process_reverse(void* apm, const int16_t* played) {
 // One 10 ms frame from the microphone, cleaned in place; 0 or an AudioProcessing error code.
 int aec3_process_capture(void* apm, int16_t* heard) {
   auto* a = static_cast<Apm*>(apm);
-  return a->apm->ProcessStream(heard, a->stream, a->stream, heard);
+  const int error = a->apm->ProcessStream(heard, a->stream, a->stream, heard);
+  a->stats = a->apm->GetStatistics();
+  return error;
 }
 
-// ERL, ERLE (dB) and delay (ms) from GetStatistics; NaN / -1 where AEC3 reports none yet.
+// ERL, ERLE (dB) and delay (ms) from GetStatistics after the last capture frame; NaN / -1 where AEC3 reports
+// none (divergent_filter_fraction: WebRTC M131 no longer fills it).
 void aec3_statistics(void* apm, double* erl, double* erle, int* delay_ms, double* divergent) {
-  const webrtc::AudioProcessingStats stats = static_cast<Apm*>(apm)->apm->GetStatistics();
+  const webrtc::AudioProcessingStats& stats = static_cast<Apm*>(apm)->stats;
   *erl = stats.echo_return_loss.value_or(__builtin_nan(""));
   *erle = stats.echo_return_loss_enhancement.value_or(__builtin_nan(""));
   *delay_ms = stats.delay_ms.value_or(-1);

@@ -28,5 +28,5 @@ flags=(-std=c++20 -O2 -fPIC -pthread -DNDEBUG -DWEBRTC_POSIX -DWEBRTC_LINUX -DWE
 g++ "${flags[@]}" -c "$here/aec3_shim.cc" -o aec3_shim.o
 # Every static library the build made, in one group so their order does not matter.
 mapfile -t archives < <(find meson -name '*.a' | sort)
-g++ -shared -o libaec3_shim.so aec3_shim.o -Wl,--start-group "${archives[@]}" -Wl,--end-group -pthread -lrt
+g++ -shared -Wl,--no-undefined -o libaec3_shim.so aec3_shim.o -Wl,--start-group "${archives[@]}" -Wl,--end-group -pthread -lrt
 echo "built $build/libaec3_shim.so"

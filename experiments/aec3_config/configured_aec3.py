@@ -1,8 +1,8 @@
 """ctypes over ``libaec3_shim.so`` (build.sh): WebRTC's AEC3 with its ``EchoCanceller3Config`` set by field name.
 
-    aec3 = ConfiguredAEC3({"filter.initial_state_seconds": 0.5})
-    cleaned = aec3(played_frame, heard_frame)   # 10 ms int16 frames at 16 kHz, as echo_compare.py's cancellers
-    aec3.statistics()                            # ERL, ERLE, delay from AudioProcessing::GetStatistics
+aec3 = ConfiguredAEC3({"filter.initial_state_seconds": 0.5})
+cleaned = aec3(played_frame, heard_frame)   # 10 ms int16 frames at 16 kHz, as echo_compare.py's cancellers
+aec3.statistics()                            # ERL, ERLE, delay from AudioProcessing::GetStatistics
 """
 
 from __future__ import annotations

@@ -118,7 +118,7 @@ def main() -> None:
         calls += [(agent, say(INTERRUPTIONS[seed % len(INTERRUPTIONS)]), seed) for seed in range(args.seeds)]
     print(
         "| room | canceller | echo as speech before the user | calls where the echo alone starts speech "
-        "| onsets, ms (one per seed) | median onset, nevers | ERLE dB at the end (median), delays ms |"
+        "| onsets, ms (one per seed) | median onset, 90th percentile, nevers | ERLE dB at the end (median), delays ms |"
     )
     print("|---|---|---:|---:|---|---|---|")
     for room in args.rooms:
@@ -148,8 +148,8 @@ def main() -> None:
                     erles.append(stats["erle_db"])
                     delays.append(stats["delay_ms"])
             heard_at = [int(value) for value in onsets if value != "never"]
-            median = f"{np.median(heard_at):.0f}" if heard_at else "-"
-            summary = f"{median}, {len(onsets) - len(heard_at)}"
+            spread = f"{np.median(heard_at):.0f}, {np.percentile(heard_at, 90):.0f}" if heard_at else "-, -"
+            summary = f"{spread}, {len(onsets) - len(heard_at)}"
             stats_cell = "-"
             if erles:
                 known = [value for value in erles if value is not None]

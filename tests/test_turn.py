@@ -172,6 +172,7 @@ def test_a_finished_telling_waits_longer_than_a_question_a_request_or_a_goodbye(
         ("10.", 2000),
         ("and so my fellow Americans ask not what your country can do for you", 2000),  # no full stop: still a telling
         ("We will arrive at around 730.", 350),  # a time of day is whole
+        ("We will arrive at round 730.", 350),  # Whisper's "around", at times
         ("We arrive at 7:30.", 350),
         ("We arrive by 1930.", 350),
         ("This one was a 2018.", 2000),  # a year: the clause goes on

@@ -258,9 +258,10 @@ def told_in_full(signals: TurnSignals) -> bool:
 
 # "7:30", "at around 730", "by 19.30", "seven pm": a time of day is a whole value. Digits alone are one only
 # after a word that takes a time: "this one was a 2018" is a year, and the clause goes on ("... Tesla").
+# "round" too: Whisper hears "at around 730" as "at round 730" at times.
 _TIME_OF_DAY = re.compile(
     r"(?:\b(?:[01]?\d|2[0-3]):[0-5]\d"
-    r"|\b(?:at|around|about|by|until|till|before|after|from|to|and|or) (?:[01]?\d|2[0-3])[.]?[0-5]\d"
+    r"|\b(?:at|around|round|about|by|until|till|before|after|from|to|and|or) (?:[01]?\d|2[0-3])[.]?[0-5]\d"
     r"|\b\d{1,2} ?(?:am|pm|a\.m|p\.m|o'clock))\W*$",
     re.I,
 )

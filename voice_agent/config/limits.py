@@ -91,9 +91,10 @@ class CapacitySettings:
     """Admission by measured load (voice_agent/server/capacity.py, docs/operations.md)."""
 
     # A session's measured cost falls as sessions are added (partial transcripts and LLM prefills are
-    # skipped while their workers are busy), so the estimate from a lone session is the lowest. At 0.8 it admits 5 on the 2-core machine from one session's
-    # cost and 6 at the cost measured under load, below the knee `bench load` measured there (8 within the
-    # 1 s budget): room for turns in bursts and for CPU that other processes take (docs/results/capacity.md).
+    # skipped while their workers are busy), so the estimate from a lone session is the lowest. At 0.8 it
+    # admits 5 on the 2-core machine from one session's cost and 6 at the cost measured under load, below
+    # the knee `bench load` measured there (8 within the 1 s budget): room for turns in bursts and for CPU
+    # that other processes take (docs/results/capacity.md).
     capacity_target: float = option(
         0.8,
         "Admit a session only while the predicted CPU use with it, at each session's measured cost, stays "

@@ -9,6 +9,7 @@ import pytest
 
 from tests.test_reply import RATE, RecordingLLM, SlowTTS
 from voice_agent.engines.first_chunks import GIVE_WAY_AHEAD_S, FirstChunks, has_audio_in_hand
+from voice_agent.engines.interfaces import TTSBackend
 from voice_agent.reply.pipeline import Reply
 
 
@@ -41,10 +42,18 @@ async def test_give_way_stops_waiting_once_the_reply_may_wait_no_more():
     assert chunks.others_waiting("me") == 1
 
 
-def reply(log: list[str], chunks: FirstChunks, held: bool) -> Reply:
+def reply(
+    log: list[str],
+    chunks: FirstChunks,
+    *,
+    held: bool = False,
+    tts: TTSBackend | None = None,
+    first_audio_first: bool = False,
+) -> Reply:
+    """A reply of three chunks under ``chunks``; 10 ms of synthesis a chunk unless ``tts`` is given."""
     return Reply(
         llm=RecordingLLM("Sure, I can. Here is more.", log),
-        tts=SlowTTS(log, seconds=0.01),
+        tts=tts or SlowTTS(log, seconds=0.01),
         messages=[],
         output_rate=RATE,
         lead_s=10.0,
@@ -54,6 +63,7 @@ def reply(log: list[str], chunks: FirstChunks, held: bool) -> Reply:
         first_chunk_min_words=1,
         held=held,
         first_chunks=chunks,
+        first_audio_first=first_audio_first,
     )
 
 
@@ -162,27 +172,11 @@ class GatedTTS:
         yield np.full(2 * RATE, 0.2, dtype=np.float32)
 
 
-def playing_reply(log: list[str], chunks: FirstChunks, tts: GatedTTS, first_audio_first: bool = True) -> Reply:
-    return Reply(
-        llm=RecordingLLM("Sure, I can. Here is more.", log),
-        tts=tts,
-        messages=[],
-        output_rate=RATE,
-        lead_s=10.0,
-        emit=lambda event: None,
-        turn=1,
-        user_text="hi",
-        first_chunk_min_words=1,
-        first_chunks=chunks,
-        first_audio_first=first_audio_first,
-    )
-
-
 async def test_a_playing_reply_with_audio_in_hand_synthesizes_no_later_chunk_while_another_waits():
     log: list[str] = []
     chunks = FirstChunks(lambda: 1)  # work waits for an LLM instance: its tokens go on, its chunks wait
     chunks.waiting("another session's reply")
-    playing = playing_reply(log, chunks, GatedTTS(log))
+    playing = reply(log, chunks, tts=GatedTTS(log), first_audio_first=True)
     running = asyncio.create_task(playing.run())
     try:
         await until_logged(log, "token more.")
@@ -201,7 +195,7 @@ async def test_a_reply_waits_for_its_first_chunk_until_that_chunk_is_synthesized
     chunks = FirstChunks()
     tts = GatedTTS(log)
     tts.go.clear()
-    playing = playing_reply(log, chunks, tts)
+    playing = reply(log, chunks, tts=tts, first_audio_first=True)
     running = asyncio.create_task(playing.run())
     try:
         await until_logged(log, "synthesize Sure,")
@@ -262,7 +256,7 @@ async def test_without_first_audio_first_later_chunks_are_synthesized_while_anot
     log: list[str] = []
     chunks = FirstChunks(lambda: 1)
     chunks.waiting("another session's reply")
-    playing = playing_reply(log, chunks, GatedTTS(log), first_audio_first=False)
+    playing = reply(log, chunks, tts=GatedTTS(log))
     running = asyncio.create_task(playing.run())
     try:
         await until_logged(log, "synthesized Here is more.")

@@ -47,6 +47,7 @@ from .turn_taking.client_control import CLIENT_CONTROL_EVENTS, ClientControl
 from .turn_taking.floor import Close, Drop, Finish, Floor, Play, Prepare, Yield
 from .turn_taking.interruptions import Interruptions
 from .turn_taking.listener import Listener
+from .turn_taking.own_voice import SessionParts
 from .turn_taking.turn import has_words
 from .turn_taking.turn_signals import PauseSignals
 from .turn_taking.user_turn import UserTurn
@@ -80,19 +81,19 @@ class Session:
         self._send = emit if agent is None else agent.recorded(emit)
         self.floor = Floor(self.emit, self._cut_off)
         self.stt = engines.stt_queue.session(session_id)  # this session's Whisper calls, in turn with the others'
-        self.interruptions = Interruptions(
-            self.floor,
+        parts = SessionParts(
             lambda: self.listener,
             self.stt,
             engines.vad,
             BargeInPolicy.from_settings(settings),
             lambda: self.settings,
-            lambda: self.control.turn_detection.interrupt_response,
             lambda: self.sample_rate,
-            self.commit,
             self.emit,
             clock,
             session_id,
+        )
+        self.interruptions = Interruptions(
+            self.floor, parts, lambda: self.control.turn_detection.interrupt_response, self.commit
         )
         self.listener = Listener(
             settings, engines.vad.stream(), lambda: self.stt, self.emit, self, self.interruptions, session_id, clock

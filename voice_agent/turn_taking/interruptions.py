@@ -19,16 +19,13 @@ import numpy as np
 
 from .. import log as logs
 from ..audio import PIPELINE_RATE
-from ..config import Settings
-from ..engines.interfaces import Reading, VADBackend
-from ..engines.stt_queue import SessionSTT
+from ..engines.interfaces import Reading
 from ..engines.vad import WINDOW, WINDOW_MS
-from ..protocols.events import Metrics, OutputEvent, SpeechStarted, TurnIgnored
+from ..protocols.events import Metrics, SpeechStarted, TurnIgnored
 from .answer import USER_HOLDS, Answer, Hold
-from .barge_in import BargeIn, BargeInPolicy, Hearing, Judgement, Verdict, judge
+from .barge_in import BargeIn, Hearing, Judgement, Verdict, judge
 from .floor import Announced, Floor, FloorEvent, FloorState, HandOver, Pause, Resume, Withdraw, Yield
-from .listener import Listener
-from .own_voice import MIN_SPEECH_WINDOWS, OwnVoice
+from .own_voice import MIN_SPEECH_WINDOWS, OwnVoice, SessionParts
 from .user_turn import SPEECH_TAIL_SAMPLES, UserTurn
 
 log = logging.getLogger(__name__)
@@ -62,19 +59,11 @@ class Interruptions(OwnVoice):
     def __init__(
         self,
         floor: Floor,
-        listener: Callable[[], Listener],
-        stt: SessionSTT,
-        vad: VADBackend,
-        policy: BargeInPolicy,
-        settings: Callable[[], Settings],
+        parts: SessionParts,
         interrupting: Callable[[], bool],
-        sample_rate: Callable[[], int],
         commit: Callable[[UserTurn], None],
-        emit: Callable[[OutputEvent], None],
-        clock: Callable[[], float],
-        session_id: str = "",
     ):
-        super().__init__(listener, stt, vad, policy, settings, sample_rate, emit, clock, session_id)
+        super().__init__(parts)
         self._floor = floor
         self.overlap_ms_total = 0.0  # agent voice heard by a user who was not done, over the session
         self._grace_taken: Answer | None = None  # the user went on within its grace: their turn may withdraw it

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -91,23 +92,26 @@ def timed_chunks(reply: Reply) -> list[tuple[str, float, float]]:
     return [(c.text, c.start_s, c.end_s if c.end_s is not None else c.start_s + c.synthesized_s) for c in reply.chunks]
 
 
+@dataclass(frozen=True)
+class SessionParts:
+    """The parts of its session that hearing speech over the agent reads, and where it tells the client."""
+
+    listener: Callable[[], Listener]
+    stt: SessionSTT
+    vad: VADBackend
+    policy: BargeInPolicy
+    settings: Callable[[], Settings]  # the session's, as its client changed them
+    sample_rate: Callable[[], int]  # the client's
+    emit: Callable[[OutputEvent], None]
+    clock: Callable[[], float]
+    session_id: str = ""
+
+
 class OwnVoice:
-    def __init__(
-        self,
-        listener: Callable[[], Listener],
-        stt: SessionSTT,
-        vad: VADBackend,
-        policy: BargeInPolicy,
-        settings: Callable[[], Settings],
-        sample_rate: Callable[[], int],
-        emit: Callable[[OutputEvent], None],
-        clock: Callable[[], float],
-        session_id: str = "",
-    ):
-        self._listener, self._stt, self._vad, self.policy = listener, stt, vad, policy
-        self._settings = settings  # the session's, as its client changed them
-        self._sample_rate = sample_rate  # the client's
-        self._emit, self._clock, self._id = emit, clock, session_id
+    def __init__(self, parts: SessionParts):
+        self._listener, self._stt, self._vad, self.policy = parts.listener, parts.stt, parts.vad, parts.policy
+        self._settings, self._sample_rate = parts.settings, parts.sample_rate
+        self._emit, self._clock, self._id = parts.emit, parts.clock, parts.session_id
         self.echo_heard = False  # the agent's own voice came back in this session
         self._finished: tuple[Reply, float] | None = None  # the last answer played to its end, and when
         self._output = EchoReference(self._clock())  # what the client plays: its echo is not the user

@@ -45,25 +45,35 @@ def main() -> None:
         rows: dict[str, tuple[list[float], list[str]]] = {name: ([], []) for name in CANCELLERS}
         for seed in range(args.seeds):
             user = speech(INTERRUPTIONS[seed % len(INTERRUPTIONS)])
-            talking = np.zeros_like(agent)
-            talking[at : at + len(user)] = user
-            echo = np.zeros_like(agent)
-            if room != "no echo":
-                path = draw_path(np.random.default_rng(seed), room)
-                delay = int(path.delay_ms * RATE / 1000)
-                echo[delay:] = np.convolve(agent, path.room_response(RATE))[: len(agent) - delay]
-            played, heard = pcm(agent), pcm(echo + talking)
+            played, heard = call(agent, user, at, room, seed)
             for name, make in CANCELLERS.items():
-                canceller = make()
-                out = np.zeros(len(heard), np.int16)
-                for start in range(0, len(heard) - FRAME + 1, FRAME):
-                    out[start : start + FRAME] = canceller(played[start : start + FRAME], heard[start : start + FRAME])
-                speechy = np.array(vad.stream().process(out.astype(np.float32) / 32768.0)) > THRESHOLD
+                speechy = heard_as_speech(make(), played, heard, vad)
                 first, user_window = len(lead) // WINDOW, at // WINDOW
                 rows[name][0].append(float(np.mean(speechy[first:user_window])))
                 rows[name][1].append(onset(speechy, user_window, (at + len(user)) // WINDOW))
         for name, (echo_as_speech, onsets) in rows.items():
             print(f"| {room} | {name} | {np.mean(echo_as_speech):.0%} | {', '.join(onsets)} |", flush=True)
+
+
+def call(agent: np.ndarray, user: np.ndarray, at: int, room: str, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """What the agent plays and what the microphone hears (int16): ``user`` from sample ``at`` over the agent's
+    echo through the rig's path ``seed`` in ``room``, or over no echo ("no echo": a headset)."""
+    talking = np.zeros_like(agent)
+    talking[at : at + len(user)] = user
+    echo = np.zeros_like(agent)
+    if room != "no echo":
+        path = draw_path(np.random.default_rng(seed), room)
+        delay = int(path.delay_ms * RATE / 1000)
+        echo[delay:] = np.convolve(agent, path.room_response(RATE))[: len(agent) - delay]
+    return pcm(agent), pcm(echo + talking)
+
+
+def heard_as_speech(canceller, played: np.ndarray, heard: np.ndarray, vad: SileroVAD) -> np.ndarray:
+    """Whether each VAD window of ``canceller``'s output, fed the call in 10 ms frames, is over THRESHOLD."""
+    out = np.zeros(len(heard), np.int16)
+    for start in range(0, len(heard) - FRAME + 1, FRAME):
+        out[start : start + FRAME] = canceller(played[start : start + FRAME], heard[start : start + FRAME])
+    return np.array(vad.stream().process(out.astype(np.float32) / 32768.0)) > THRESHOLD
 
 
 def onset(speechy: np.ndarray, begin: int, end: int) -> str:

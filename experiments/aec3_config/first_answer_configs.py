@@ -26,13 +26,13 @@ import numpy as np
 sys.path[:0] = [str(Path(__file__).parent), str(Path(__file__).parent.parent)]
 
 from configured_aec3 import ConfiguredAEC3  # noqa: E402
-from echo_compare import AEC3, ANSWERS, FRAME, Nothing, pcm  # noqa: E402
-from echo_first_answer import INTERRUPTIONS, THRESHOLD, USER_AT_S, onset  # noqa: E402
+from echo_compare import AEC3, ANSWERS, Nothing  # noqa: E402
+from echo_first_answer import INTERRUPTIONS, USER_AT_S, call, heard_as_speech, onset  # noqa: E402
 
 from voice_agent.audio import PIPELINE_RATE as RATE  # noqa: E402
 from voice_agent.bench.speech import rendition, silence, speech  # noqa: E402
 from voice_agent.engines.vad import WINDOW, SileroVAD  # noqa: E402
-from voice_agent.replay.echo import ROOMS, draw_path  # noqa: E402
+from voice_agent.replay.echo import ROOMS  # noqa: E402
 
 INITIAL = "filter.initial_state_seconds"
 CONSERVATIVE = "filter.conservative_initial_phase"
@@ -126,19 +126,9 @@ def main() -> None:
             echo_as_speech, false_starts, onsets, erles, delays = [], 0, [], [], []
             for agent, user, seed in calls:
                 at = len(lead) + int(USER_AT_S * RATE)
-                talking = np.zeros_like(agent)
-                talking[at : at + len(user)] = user
-                echo = np.zeros_like(agent)
-                if room != "no echo":
-                    path = draw_path(np.random.default_rng(seed), room)
-                    delay = int(path.delay_ms * RATE / 1000)
-                    echo[delay:] = np.convolve(agent, path.room_response(RATE))[: len(agent) - delay]
-                played, heard = pcm(agent), pcm(echo + talking)
+                played, heard = call(agent, user, at, room, seed)
                 canceller = CONFIGS[name]()
-                out = np.zeros(len(heard), np.int16)
-                for start in range(0, len(heard) - FRAME + 1, FRAME):
-                    out[start : start + FRAME] = canceller(played[start : start + FRAME], heard[start : start + FRAME])
-                speechy = np.array(vad.stream().process(out.astype(np.float32) / 32768.0)) > THRESHOLD
+                speechy = heard_as_speech(canceller, played, heard, vad)
                 first, user_window = len(lead) // WINDOW, at // WINDOW
                 echo_as_speech.append(float(np.mean(speechy[first:user_window])))
                 false_starts += onset(speechy, first, user_window) != "never"

@@ -48,7 +48,6 @@ def reply(
     *,
     held: bool = False,
     tts: TTSBackend | None = None,
-    first_audio_first: bool = False,
 ) -> Reply:
     """A reply of three chunks under ``chunks``; 10 ms of synthesis a chunk unless ``tts`` is given."""
     return Reply(
@@ -63,7 +62,6 @@ def reply(
         first_chunk_min_words=1,
         held=held,
         first_chunks=chunks,
-        first_audio_first=first_audio_first,
     )
 
 
@@ -174,9 +172,11 @@ class GatedTTS:
 
 async def test_a_playing_reply_with_audio_in_hand_synthesizes_no_later_chunk_while_another_waits():
     log: list[str] = []
-    chunks = FirstChunks(lambda: 1)  # work waits for an LLM instance: its tokens go on, its chunks wait
+    chunks = FirstChunks(
+        lambda: 1, first_audio_first=True
+    )  # work waits for an LLM instance: its tokens go on, its chunks wait
     chunks.waiting("another session's reply")
-    playing = reply(log, chunks, tts=GatedTTS(log), first_audio_first=True)
+    playing = reply(log, chunks, tts=GatedTTS(log))
     running = asyncio.create_task(playing.run())
     try:
         await until_logged(log, "token more.")
@@ -192,10 +192,10 @@ async def test_a_playing_reply_with_audio_in_hand_synthesizes_no_later_chunk_whi
 
 async def test_a_reply_waits_for_its_first_chunk_until_that_chunk_is_synthesized():
     log: list[str] = []
-    chunks = FirstChunks()
+    chunks = FirstChunks(first_audio_first=True)
     tts = GatedTTS(log)
     tts.go.clear()
-    playing = reply(log, chunks, tts=tts, first_audio_first=True)
+    playing = reply(log, chunks, tts=tts)
     running = asyncio.create_task(playing.run())
     try:
         await until_logged(log, "synthesize Sure,")
@@ -227,7 +227,7 @@ async def test_a_reply_whose_chunks_were_slow_to_synthesize_goes_on_with_audio_i
             async for piece in super().synthesize(text):
                 yield piece
 
-    chunks = FirstChunks()
+    chunks = FirstChunks(first_audio_first=True)
     chunks.waiting("another session's reply")
     playing = Reply(
         llm=RecordingLLM("Sure, I can. Here is more.", log),
@@ -240,7 +240,6 @@ async def test_a_reply_whose_chunks_were_slow_to_synthesize_goes_on_with_audio_i
         user_text="hi",
         first_chunk_min_words=1,
         first_chunks=chunks,
-        first_audio_first=True,
         clock=lambda: now[0],
     )
     running = asyncio.create_task(playing.run())

@@ -126,7 +126,6 @@ class ReplyFactory:
             on_first_audio=None if metrics is None else (lambda reply: self._report(reply, metrics)),
             held=held,
             first_chunks=self._engines.first_chunks if settings.first_chunks_first else None,
-            first_audio_first=settings.first_audio_first,
             clock=self._clock,
         )
 

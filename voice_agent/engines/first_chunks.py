@@ -46,10 +46,15 @@ class FirstChunks:
     """The replies waiting for their first chunk, and the other work on a turn's critical path."""
 
     def __init__(
-        self, llm_waiting: Callable[[], int] = lambda: 0, finals_in_flight: Callable[[], int] = lambda: 0
+        self,
+        llm_waiting: Callable[[], int] = lambda: 0,
+        finals_in_flight: Callable[[], int] = lambda: 0,
+        *,
+        first_audio_first: bool = False,
     ) -> None:
         self._llm_waiting = llm_waiting  # how much work waits for an LLM instance now
         self._finals_in_flight = finals_in_flight  # final transcripts waiting for Whisper or running now
+        self.first_audio_first = first_audio_first  # the rule covers the whole critical path (the replies read it)
         self._waiting: set[Hashable] = set()
         self._changed: asyncio.Event | None = None  # set when one gets its first chunk; made on the serving loop
 

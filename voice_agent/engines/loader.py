@@ -143,5 +143,7 @@ def load_engines(settings: Settings) -> Engines:
         partials_apart=stt.background_partials,
     )
     if settings.first_audio_first:
-        engines.first_chunks = FirstChunks(engines._llm_waiting, lambda: engines.stt_queue.finals_in_flight())
+        engines.first_chunks = FirstChunks(
+            engines._llm_waiting, lambda: engines.stt_queue.finals_in_flight(), first_audio_first=True
+        )
     return engines

@@ -102,14 +102,13 @@ class Reply:
         on_first_audio: Callable[[Reply], None] | None = None,
         held: bool = False,
         first_chunks: FirstChunks | None = None,
-        first_audio_first: bool = False,
         clock: Callable[[], float] = time.monotonic,
     ):
         self._llm = llm
         self._first_chunks = first_chunks
-        # With first_chunks: it counts as waiting until its first chunk is synthesized, not only written, and its
-        # later chunks' synthesis gives way too, with a margin for its slowest chunk (engines/first_chunks.py).
-        self._first_audio_first = first_audio_first
+        # The first-audio-first rule: it counts as waiting until its first chunk is synthesized, not only written,
+        # and its later chunks' synthesis gives way too, with a margin for its slowest chunk (engines/first_chunks.py).
+        self._first_audio_first = first_chunks is not None and first_chunks.first_audio_first
         self._tts = tts
         self._messages = messages
         self._rate = output_rate
